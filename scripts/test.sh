@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this): setup (idempotent), format and lint
+# checks, then every test. Everything builds in the release profile so torch-sys compiles once.
+# Tests that need a GPU print a SKIP line on machines without one; scripts/gpu-check.sh runs
+# them on the GPU host.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+scripts/setup.sh --no-build
+cargo fmt --check
+cargo clippy --release --all-targets --quiet -- -D warnings
+cargo test --release --no-fail-fast

@@ -1,0 +1,13 @@
+//! kforge: makes CUDA kernels faster with a Coder and a Judge LLM, real hardware feedback and a
+//! Monte Carlo tree search over kernel variants. The binary (`src/main.rs`) is a thin shell over
+//! these modules; each module's own doc says why it exists.
+
+pub mod cli;
+pub mod config;
+pub mod doctor;
+pub mod gpu;
+pub mod logging;
+pub mod nvcc;
+pub mod paths;
+pub mod proc;
+pub mod tools;
