@@ -1,32 +1,104 @@
 #!/usr/bin/env bash
-# Every GPU check of a session, on the GPU host. Builds nothing: expects the release binary
-# (built on the build host) at target/release/kforge. Logs go to $OUT (default ./gpu-check-out);
-# a short table is printed last.
+# Every GPU check of a session, on the GPU host. Builds nothing: expects the release binary built
+# on the build host at target/release/kforge (carry it). Logs go to $OUT (default
+# ./gpu-check-out); a short table is printed last.
+#
+#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [profile]
+# With no arguments everything runs.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-out=${OUT:-$repo/gpu-check-out}
-mkdir -p "$out"
+# $OUT returns only a few files: logs are written to a work folder and packed at the end.
+final=${OUT:-$repo/gpu-check-out}
+out=$(mktemp -d /tmp/gpu-check.XXXXXX)
+mkdir -p "$final"
 torch_lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
 export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KFORGE_HOME=${KFORGE_HOME:-/tmp/kforge-home}
+export PYTHONUNBUFFERED=1
 bin=$repo/target/release/kforge
-declare -a rows
+bundles=$KFORGE_HOME/bundles
+steps=${*:-doctor import catalog speed repro export profile}
+rows=()
+now() { date +%s.%N; }
+elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
+row() { rows+=("$(printf '%-34s %-14s %s' "$1" "$2" "$3")"); }
+has() { [[ " $steps " == *" $1 "* ]]; }
 
-check() { # name, command...
-  local name=$1; shift
-  local start end rc
-  start=$(date +%s.%N)
-  "$@" >"$out/$name.log" 2>&1; rc=$?
-  end=$(date +%s.%N)
-  rows+=("$(printf '%-28s rc=%-3s %6.1fs' "$name" "$rc" "$(echo "$end - $start" | bc)")")
-  return $rc
-}
+if has doctor; then
+  "$bin" doctor --need profile >"$out/doctor.txt" 2>&1; rc=$?
+  cat "$out/doctor.txt"
+  row "doctor --need profile" "rc=$rc" ""
+fi
 
-check doctor "$bin" doctor --need profile
-check doctor-json "$bin" doctor --json --need profile
-cat "$out/doctor.log"
+if has import; then
+  t0=$(now)
+  # PROBLEMS narrows the import to some files (a quick check); all of ours by default.
+  # shellcheck disable=SC2086
+  "$bin" import ${PROBLEMS:-kernelbench/problems} --out "$bundles" >"$out/import.txt" 2>&1; rc=$?
+  t1=$(now)
+  row "import ${PROBLEMS:-kernelbench/problems}" "rc=$rc" "$(elapsed "$t0" "$t1") s"
+  # The catalog's problem with a size not divisible by the block (for the off-by-one tail).
+  "$bin" import kernelbench/problems/gelu_activation.py --size batch_size=3 --size dim=333337 --out "$bundles/odd" \
+    >>"$out/import.txt" 2>&1 || row "import gelu (odd size)" "FAILED" "see import.txt"
+  tail -n 30 "$out/import.txt"
+fi
+
+# catalog.tsv: candidate, bundle, expected status.
+if has catalog; then
+  : >"$out/catalog.txt"
+  while IFS=$'\t' read -r cand bundle expected; do
+    [[ -z "$cand" || "$cand" == \#* ]] && continue
+    if [ ! -f "$bundles/$bundle/problem.json" ]; then row "$cand" "skipped" "no bundle $bundle"; continue; fi
+    t0=$(now)
+    "$bin" eval "$bundles/$bundle" "tests/fixtures/candidates/$cand" --json --output "$out/eval-${cand%.cu}.json" \
+      >/dev/null 2>>"$out/catalog.txt"
+    t1=$(now)
+    got=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['status'], '|', d['summary'][:90])" "$out/eval-${cand%.cu}.json" 2>/dev/null || echo "no-result |")
+    status=${got%% |*}
+    verdict=$([ "$status" = "$expected" ] && echo ok || echo WRONG)
+    echo "$cand $bundle expected=$expected got=$got ($(elapsed "$t0" "$t1") s)" >>"$out/catalog.txt"
+    row "$cand" "$verdict" "$status (want $expected) $(elapsed "$t0" "$t1")s ${got#*| }"
+  done <tests/fixtures/candidates/catalog.tsv
+fi
+
+# Wall time of kforge eval per correct candidate with a cold compile cache (median of 3).
+if has speed; then
+  while IFS=$'\t' read -r cand bundle expected; do
+    [[ "$expected" != correct || ! -f "$bundles/$bundle/problem.json" ]] && continue
+    times=()
+    for i in 1 2 3; do
+      rm -rf "$KFORGE_HOME/compile-cache"
+      t0=$(now); "$bin" eval "$bundles/$bundle" "tests/fixtures/candidates/$cand" >"$out/speed-${cand%.cu}-$i.txt" 2>&1; t1=$(now)
+      times+=("$(elapsed "$t0" "$t1")")
+    done
+    med=$(printf '%s\n' "${times[@]}" | sort -n | sed -n 2p)
+    row "eval wall $cand" "${med}s" "runs: ${times[*]}"
+  done <tests/fixtures/candidates/catalog.tsv
+fi
+
+# Reproducibility: one candidate in 5 separate processes, spread of the medians.
+if has repro; then
+  for i in 1 2 3 4 5; do
+    "$bin" eval "$bundles/${REPRO_BUNDLE:-gelu_activation}" tests/fixtures/candidates/gelu_correct.cu --json --output "$out/repro-$i.json" >/dev/null 2>&1
+  done
+  spread=$(python3 - "$out" <<'PY'
+import json, sys, glob
+m = [json.load(open(f))["timing"]["candidate"]["median"] for f in sorted(glob.glob(sys.argv[1] + "/repro-*.json"))]
+print(f"medians(ms)={' '.join(f'{x:.4f}' for x in m)} spread={(max(m)-min(m))/min(m)*100:.2f}%")
+PY
+)
+  row "repro gelu_correct x5" "" "$spread"
+fi
+
+if has export; then
+  "$bin" export "$bundles/${REPRO_BUNDLE:-gelu_activation}" tests/fixtures/candidates/gelu_correct.cu --kernelbench "$out/gelu_model_new.py" >"$out/export.txt" 2>&1
+  python3 scripts/check_export.py "$out/gelu_model_new.py" >>"$out/export.txt" 2>&1; rc=$?
+  row "export ModelNew under PyTorch" "rc=$rc" "$(tail -n 1 "$out/export.txt")"
+fi
 
 echo
 echo "== gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
-printf '%s\n' "${rows[@]}"
+printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"
+cp "$out/summary.txt" "$final/summary.txt"
+tar -czf "$final/logs.tar.gz" -C "$out" .

@@ -45,6 +45,78 @@ enum Command {
     },
     /// The quick start: checks this machine and shows what kforge can do on it.
     Demo,
+    /// Talk to the configured LLM endpoints
+    Llm {
+        #[command(subcommand)]
+        command: crate::llm::cli::LlmCommand,
+    },
+    /// Import KernelBench-format problems into bundles
+    Import(crate::problem::cli::ImportArgs),
+    /// Compile, verify and time one candidate against a problem bundle.
+    Eval(EvalArgs),
+    /// Wrap a candidate for use outside kforge (KernelBench ModelNew or a torch.library op).
+    Export(ExportArgs),
+    /// The GPU worker (started by kforge itself; speaks JSON lines on stdin/stdout).
+    #[command(hide = true)]
+    Worker {
+        /// Serve one request from this file (profile mode under ncu) instead of stdin.
+        #[arg(long, requires = "result")]
+        request: Option<std::path::PathBuf>,
+        /// Where to write the outcome of `--request`.
+        #[arg(long, requires = "request")]
+        result: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct EvalArgs {
+    /// A problem bundle: its folder, or its name under <home>/bundles.
+    bundle: String,
+    /// The candidate: one .cu file implementing kforge_forward (see src/eval/kforge.h).
+    candidate: std::path::PathBuf,
+    /// Print the result document as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also write the result document to this file.
+    #[arg(long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Correctness trials, each on fresh inputs (at least 5).
+    #[arg(long)]
+    trials: Option<u32>,
+    /// Seed of the first trial (trial i uses seed + i).
+    #[arg(long, default_value_t = 1000)]
+    seed: i64,
+    /// Multiply the per-dtype tolerances (fp32 1e-4, fp16/bf16 1e-2) by this factor.
+    #[arg(long, default_value_t = 1.0)]
+    tolerance: f64,
+    /// Correctness only: skip timing.
+    #[arg(long)]
+    no_time: bool,
+    /// Timed calls (at least 100).
+    #[arg(long, default_value_t = 100)]
+    timed_calls: u32,
+    /// Build for this architecture instead of the GPU's (e.g. sm_90a for wgmma).
+    #[arg(long)]
+    arch: Option<String>,
+    /// Seconds without progress in one stage (a trial, the timing loop) before the candidate
+    /// is declared hung and its worker killed.
+    #[arg(long, default_value_t = 30)]
+    stage_timeout: u64,
+}
+
+#[derive(Debug, Args)]
+#[group(id = "format", required = true, multiple = false)]
+struct ExportArgs {
+    /// A problem bundle: its folder, or its name under <home>/bundles.
+    bundle: String,
+    /// The candidate .cu file.
+    candidate: std::path::PathBuf,
+    /// Write a KernelBench-style file with Model and ModelNew (load_inline) here.
+    #[arg(long, value_name = "OUT.py", group = "format")]
+    kernelbench: Option<std::path::PathBuf>,
+    /// Write a module registering the kernel as a torch.library custom op here.
+    #[arg(long, value_name = "OUT.py", group = "format")]
+    torch_op: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +201,50 @@ async fn dispatch(command: Command, resolved: &Resolved) -> anyhow::Result<ExitC
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => demo(resolved).await,
+        Command::Llm { command } => crate::llm::cli::run(command, &resolved.settings).await,
+        Command::Import(args) => crate::problem::cli::run(args, &resolved.settings).await,
+        Command::Eval(args) => {
+            if args.trials.is_some_and(|t| t < 5) || args.timed_calls < 100 {
+                anyhow::bail!("the protocol needs at least 5 trials and 100 timed calls");
+            }
+            let options = crate::eval::protocol::ProtocolOptions {
+                trials: args.trials.unwrap_or(resolved.settings.eval.trials),
+                seed: args.seed,
+                tolerance_scale: args.tolerance,
+                time: !args.no_time,
+                timed_calls: args.timed_calls,
+                ..Default::default()
+            };
+            crate::eval::command::eval(
+                &resolved.settings,
+                crate::eval::command::EvalRequest {
+                    bundle: &args.bundle,
+                    candidate: &args.candidate,
+                    options,
+                    arch: args.arch.as_deref(),
+                    stage_timeout: std::time::Duration::from_secs(args.stage_timeout),
+                    json: args.json,
+                    output: args.output,
+                },
+            )
+            .await
+        }
+        Command::Export(args) => {
+            use crate::eval::command::ExportKind;
+            let (kind, out) = match (args.kernelbench, args.torch_op) {
+                (Some(out), _) => (ExportKind::KernelBench, out),
+                (None, Some(out)) => (ExportKind::TorchOp, out),
+                (None, None) => anyhow::bail!("give --kernelbench OUT.py or --torch-op OUT.py"),
+            };
+            crate::eval::command::export(
+                &resolved.settings,
+                &args.bundle,
+                &args.candidate,
+                kind,
+                &out,
+            )
+        }
+        Command::Worker { request, result } => Ok(crate::worker::main(request, result)),
     }
 }
 

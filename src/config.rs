@@ -85,6 +85,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         help: "default OpenAI-compatible base URL",
     },
     EnvVar {
+        name: "KFORGE_PRICE_TABLE",
+        key: "llm.price_table",
+        help: "TOML price table laid over the shipped one",
+    },
+    EnvVar {
+        name: "KFORGE_LLM_TIMEOUT",
+        key: "llm.timeout_s",
+        help: "seconds one LLM request may take",
+    },
+    EnvVar {
         name: "KFORGE_ARCH",
         key: "eval.arch",
         help: "GPU architecture to build for when no GPU is present (sm_90)",
@@ -159,16 +169,41 @@ pub struct ToolSettings {
 pub struct LlmSettings {
     pub coder: Option<String>,
     pub judge: Option<String>,
+    /// The Coder's temperature, max_output_tokens and reasoning_effort.
+    pub coder_sampling: crate::llm::Sampling,
+    pub judge_sampling: crate::llm::Sampling,
+    /// A TOML price table whose entries replace or add to the shipped one.
+    pub price_table: Option<PathBuf>,
+    /// Seconds one request may take before it counts as failed (and is retried).
+    pub timeout_s: f64,
+    /// Retries after the first attempt, for transport errors, 429 and 5xx.
+    pub max_retries: u32,
+    /// First backoff between attempts; it doubles with each retry, with jitter.
+    pub retry_base_delay_s: f64,
+    /// Longest wait between attempts, a server's Retry-After included.
+    pub retry_max_delay_s: f64,
     pub openai: ProviderSettings,
     pub anthropic: ProviderSettings,
     pub openai_compat: ProviderSettings,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
     pub api_key: Option<Secret>,
     pub base_url: Option<String>,
+    /// Requests in flight at once to one endpoint of this provider, across Coder and Judge.
+    pub max_concurrency: u32,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        ProviderSettings {
+            api_key: None,
+            base_url: None,
+            max_concurrency: 8,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -188,6 +223,13 @@ impl Default for Settings {
             llm: LlmSettings {
                 coder: None,
                 judge: None,
+                coder_sampling: crate::llm::Sampling::default(),
+                judge_sampling: crate::llm::Sampling::default(),
+                price_table: None,
+                timeout_s: 600.0,
+                max_retries: 4,
+                retry_base_delay_s: 1.0,
+                retry_max_delay_s: 120.0,
                 openai: ProviderSettings::default(),
                 anthropic: ProviderSettings::default(),
                 openai_compat: ProviderSettings::default(),

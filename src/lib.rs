@@ -5,9 +5,14 @@
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod eval;
 pub mod gpu;
+pub mod llm;
 pub mod logging;
 pub mod nvcc;
 pub mod paths;
+pub mod problem;
 pub mod proc;
+pub mod search;
 pub mod tools;
+pub mod worker;

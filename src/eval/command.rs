@@ -1,0 +1,144 @@
+//! `kforge eval` and `kforge export`: the user-facing commands over the evaluator. Sets up the
+//! compiler for this machine (the GPU's architecture, or `eval.arch` without a GPU) and a
+//! worker when a GPU is present; without one, evaluation is compile-only and says so.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::client::{Limits, WorkerClient, WorkerCommand};
+use super::compile::Compiler;
+use super::protocol::ProtocolOptions;
+use super::{CandidateResult, Status};
+use crate::config::Settings;
+use crate::nvcc::{Arch, Nvcc};
+use crate::problem::ProblemBundle;
+use crate::tools::{self, Tool};
+
+/// The compiler for this machine: nvcc located by the usual rules, the first GPU's
+/// architecture (or `eval.arch` when there is none, or `arch_override`).
+pub async fn machine_compiler(
+    settings: &Settings,
+    gpu: Option<&crate::gpu::GpuInfo>,
+    arch_override: Option<&str>,
+) -> anyhow::Result<Compiler> {
+    let located = tools::locate(Tool::Nvcc, settings)
+        .context("nvcc is needed to compile candidates (run scripts/setup.sh or set tools.nvcc)")?;
+    let nvcc = Nvcc::new(&located.path);
+    let version = nvcc.version().await.map_err(|e| {
+        anyhow::anyhow!(
+            "nvcc at {} is unusable: {e}",
+            crate::paths::display(&located.path)
+        )
+    })?;
+    let arch = match (arch_override, gpu) {
+        (Some(a), _) => Arch::parse(a)?,
+        (None, Some(g)) => {
+            Arch::from_compute_capability(g.compute_capability.0, g.compute_capability.1)
+        }
+        (None, None) => Arch::parse(&settings.eval.arch)?,
+    };
+    Ok(Compiler {
+        nvcc,
+        nvcc_version: version.full,
+        arch,
+        cache_dir: settings.home.join("compile-cache"),
+        timeout: Duration::from_secs(120),
+        extra_flags: Vec::new(),
+    })
+}
+
+/// A worker for this machine, or None without a usable GPU (compile-only).
+pub fn machine_worker(
+    gpu: Option<&crate::gpu::GpuInfo>,
+    limits: Limits,
+) -> anyhow::Result<Option<WorkerClient>> {
+    if gpu.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(WorkerClient::new(
+        WorkerCommand::this_binary()?,
+        limits,
+    )))
+}
+
+pub struct EvalRequest<'a> {
+    pub bundle: &'a str,
+    pub candidate: &'a Path,
+    pub options: ProtocolOptions,
+    pub arch: Option<&'a str>,
+    /// Limit for one run stage without progress.
+    pub stage_timeout: Duration,
+    pub json: bool,
+    /// Where to also write the result document.
+    pub output: Option<PathBuf>,
+}
+
+pub async fn eval(settings: &Settings, request: EvalRequest<'_>) -> anyhow::Result<ExitCode> {
+    let bundle = ProblemBundle::resolve(request.bundle, settings)?;
+    let source = super::read_candidate(request.candidate)?;
+    let gpus = crate::gpu::list().unwrap_or_default();
+    let gpu = gpus.first();
+    let compiler = machine_compiler(settings, gpu, request.arch).await?;
+    let limits = Limits {
+        run: request.stage_timeout,
+        ..Limits::default()
+    };
+    let mut worker = machine_worker(gpu, limits)?;
+    if worker.is_none() {
+        tracing::warn!("no GPU here: compile-only (the candidate is built, not verified or timed)");
+    }
+    let result = super::evaluate(
+        &compiler,
+        worker.as_mut(),
+        &bundle,
+        &source,
+        &request.options,
+    )
+    .await?;
+    print_result(&result, request.json)?;
+    if let Some(path) = &request.output {
+        std::fs::write(path, serde_json::to_string_pretty(&result)?)
+            .with_context(|| format!("cannot write {}", crate::paths::display(path)))?;
+    }
+    Ok(match result.status {
+        Status::Correct | Status::Compiled => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
+}
+
+fn print_result(result: &CandidateResult, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(result)?);
+    } else {
+        print!("{}", super::render(result));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportKind {
+    KernelBench,
+    TorchOp,
+}
+
+pub fn export(
+    settings: &Settings,
+    bundle: &str,
+    candidate: &Path,
+    kind: ExportKind,
+    out: &Path,
+) -> anyhow::Result<ExitCode> {
+    let bundle = ProblemBundle::resolve(bundle, settings)?;
+    let source = super::read_candidate(candidate)?;
+    let text = match kind {
+        ExportKind::KernelBench => super::export::kernelbench_model_new(&bundle.spec, &source)?,
+        ExportKind::TorchOp => super::export::torch_library_op(&bundle.spec, &source)?,
+    };
+    std::fs::write(out, text)
+        .with_context(|| format!("cannot write {}", crate::paths::display(out)))?;
+    eprintln!("wrote {}", crate::paths::display(out));
+    Ok(ExitCode::SUCCESS)
+}
