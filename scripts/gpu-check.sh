@@ -51,7 +51,7 @@ if has catalog; then
     [[ -z "$cand" || "$cand" == \#* ]] && continue
     if [ ! -f "$bundles/$bundle/problem.json" ]; then row "$cand" "skipped" "no bundle $bundle"; continue; fi
     t0=$(now)
-    "$bin" eval "$bundles/$bundle" "tests/fixtures/candidates/$cand" --json --output "$out/eval-${cand%.cu}.json" \
+    "$bin" eval "$bundles/$bundle" "tests/fixtures/candidates/$cand" --stage-timeout 10 --json --output "$out/eval-${cand%.cu}.json" \
       >/dev/null 2>>"$out/catalog.txt"
     t1=$(now)
     got=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['status'], '|', d['summary'][:90])" "$out/eval-${cand%.cu}.json" 2>/dev/null || echo "no-result |")
@@ -97,8 +97,31 @@ if has export; then
   row "export ModelNew under PyTorch" "rc=$rc" "$(tail -n 1 "$out/export.txt")"
 fi
 
+# Profiles: every correct candidate of the catalog and every bundled reference.
+if has profile; then
+  mkdir -p "$out/profiles"
+  while IFS=$'\t' read -r cand bundle expected; do
+    [[ "$expected" != correct || ! -f "$bundles/$bundle/problem.json" ]] && continue
+    t0=$(now)
+    "$bin" profile "$bundles/$bundle" "tests/fixtures/candidates/$cand" --report "$out/profiles/${bundle//\//_}-${cand%.cu}" \
+      >"$out/profiles/${bundle//\//_}-${cand%.cu}.txt" 2>&1; rc=$?
+    t1=$(now)
+    row "profile $cand" "rc=$rc" "$(elapsed "$t0" "$t1")s $(grep -m1 -i 'bound' "$out/profiles/${bundle//\//_}-${cand%.cu}.txt" | cut -c1-70)"
+  done <tests/fixtures/candidates/catalog.tsv
+  for dir in "$bundles"/*/; do
+    name=$(basename "$dir")
+    [ -f "$dir/problem.json" ] || continue
+    t0=$(now)
+    "$bin" profile "$dir" --reference --report "$out/profiles/$name-reference" >"$out/profiles/$name-reference.txt" 2>&1; rc=$?
+    t1=$(now)
+    row "profile reference $name" "rc=$rc" "$(elapsed "$t0" "$t1")s"
+  done
+  first=$(ls "$out"/profiles/*-gelu_correct.txt 2>/dev/null | head -1)
+  [ -n "$first" ] && { echo "== Judge view of $(basename "$first" .txt)"; cat "$first"; }
+fi
+
 echo
 echo "== gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
 printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"
 cp "$out/summary.txt" "$final/summary.txt"
-tar -czf "$final/logs.tar.gz" -C "$out" .
+tar -czf "$final/logs.tar.gz" --exclude='*.ncu-rep' -C "$out" .

@@ -56,6 +56,13 @@ enum Command {
     Eval(EvalArgs),
     /// Wrap a candidate for use outside kforge (KernelBench ModelNew or a torch.library op).
     Export(ExportArgs),
+    /// Profile one call of a candidate (or the reference) with Nsight Compute, as the Judge sees it.
+    Profile(ProfileArgs),
+    /// Read Nsight Compute output
+    Ncu {
+        #[command(subcommand)]
+        command: crate::ncu::cli::NcuCommand,
+    },
     /// The GPU worker (started by kforge itself; speaks JSON lines on stdin/stdout).
     #[command(hide = true)]
     Worker {
@@ -105,17 +112,42 @@ struct EvalArgs {
 }
 
 #[derive(Debug, Args)]
-#[group(id = "format", required = true, multiple = false)]
+struct ProfileArgs {
+    /// A problem bundle: its folder, or its name under <home>/bundles.
+    bundle: String,
+    /// The candidate .cu file to profile.
+    #[arg(required_unless_present = "reference", conflicts_with = "reference")]
+    candidate: Option<std::path::PathBuf>,
+    /// Profile the PyTorch reference instead (where it spends its time).
+    #[arg(long)]
+    reference: bool,
+    /// Metric set: `default` (≈30 curated metrics), `fast`, or a folder of .section files.
+    #[arg(long, default_value = "default")]
+    sections: String,
+    /// Print the profile as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Where to keep the report (without .ncu-rep); default <bundle>-<candidate> here.
+    #[arg(long, value_name = "PATH")]
+    report: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
 struct ExportArgs {
     /// A problem bundle: its folder, or its name under <home>/bundles.
     bundle: String,
     /// The candidate .cu file.
     candidate: std::path::PathBuf,
     /// Write a KernelBench-style file with Model and ModelNew (load_inline) here.
-    #[arg(long, value_name = "OUT.py", group = "format")]
+    #[arg(
+        long,
+        value_name = "OUT.py",
+        required_unless_present = "torch_op",
+        conflicts_with = "torch_op"
+    )]
     kernelbench: Option<std::path::PathBuf>,
     /// Write a module registering the kernel as a torch.library custom op here.
-    #[arg(long, value_name = "OUT.py", group = "format")]
+    #[arg(long, value_name = "OUT.py")]
     torch_op: Option<std::path::PathBuf>,
 }
 
@@ -243,6 +275,20 @@ async fn dispatch(command: Command, resolved: &Resolved) -> anyhow::Result<ExitC
                 kind,
                 &out,
             )
+        }
+        Command::Ncu { command } => crate::ncu::cli::run(command),
+        Command::Profile(args) => {
+            crate::eval::command::profile(
+                &resolved.settings,
+                crate::eval::command::ProfileCliRequest {
+                    bundle: &args.bundle,
+                    candidate: args.candidate.as_deref(),
+                    sections: &args.sections,
+                    json: args.json,
+                    report_stem: args.report,
+                },
+            )
+            .await
         }
         Command::Worker { request, result } => Ok(crate::worker::main(request, result)),
     }

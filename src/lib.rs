@@ -9,6 +9,7 @@ pub mod eval;
 pub mod gpu;
 pub mod llm;
 pub mod logging;
+pub mod ncu;
 pub mod nvcc;
 pub mod paths;
 pub mod problem;

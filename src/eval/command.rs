@@ -142,3 +142,95 @@ pub fn export(
     eprintln!("wrote {}", crate::paths::display(out));
     Ok(ExitCode::SUCCESS)
 }
+
+pub struct ProfileCliRequest<'a> {
+    pub bundle: &'a str,
+    /// None profiles the PyTorch reference.
+    pub candidate: Option<&'a Path>,
+    pub sections: &'a str,
+    pub json: bool,
+    /// The report's path without `.ncu-rep`; default `<bundle>-<candidate|reference>` here.
+    pub report_stem: Option<PathBuf>,
+}
+
+/// `kforge profile`: one profiled call of a candidate or of the reference, shown as the Judge
+/// sees it. Exit 1 (with the reason) when no profile can be had here.
+pub async fn profile(
+    settings: &Settings,
+    request: ProfileCliRequest<'_>,
+) -> anyhow::Result<ExitCode> {
+    let bundle = ProblemBundle::resolve(request.bundle, settings)?;
+    let sections = crate::ncu::SectionSet::from_arg(request.sections);
+    let gpus = crate::gpu::list().unwrap_or_default();
+    let unavailable = |reason: String| -> anyhow::Result<ExitCode> {
+        if request.json {
+            println!(
+                "{}",
+                serde_json::json!({ "profiled": false, "reason": reason })
+            );
+        } else {
+            println!("not profiled: {reason}");
+        }
+        Ok(ExitCode::from(1))
+    };
+    let Some(gpu) = gpus.first() else {
+        return unavailable("no GPU on this machine".into());
+    };
+    let ncu = match tools::locate(Tool::Ncu, settings) {
+        Ok(l) => l.path,
+        Err(e) => return unavailable(e.to_string()),
+    };
+    let library = match request.candidate {
+        Some(path) => {
+            let source = super::read_candidate(path)?;
+            let compiler = machine_compiler(settings, Some(gpu), None).await?;
+            let compiled = compiler.compile(&source).await?;
+            match compiled.library {
+                Some(l) if compiled.ok => Some(l),
+                _ => {
+                    eprintln!("{}", compiled.error_excerpt(20));
+                    anyhow::bail!(
+                        "the candidate does not compile; `kforge eval` shows the whole log"
+                    );
+                }
+            }
+        }
+        None => None,
+    };
+    let stem = request.report_stem.unwrap_or_else(|| {
+        let what = request
+            .candidate
+            .and_then(|p| p.file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "reference".into());
+        PathBuf::from(format!("{}-{what}", bundle.spec.name.replace('/', "_")))
+    });
+    let stem = std::path::absolute(&stem).unwrap_or(stem);
+    let result = super::profile::profile(
+        &ncu,
+        &sections,
+        &settings.home.join("ncu-sections"),
+        &bundle.dir,
+        library.as_deref(),
+        &stem,
+    )
+    .await;
+    match result {
+        Ok(profile) => {
+            if request.json {
+                println!("{}", serde_json::to_string_pretty(&profile)?);
+            } else {
+                print!("{}", profile.judge_view);
+                println!(
+                    "\nreport: {} ({} launch{}, {:.1} s)",
+                    crate::paths::display(&profile.report),
+                    profile.launches,
+                    if profile.launches == 1 { "" } else { "es" },
+                    profile.seconds
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(reason) => unavailable(reason.to_string()),
+    }
+}

@@ -6,6 +6,7 @@
 //! - `protocol`: the JSON-lines protocol and the worker's part of the result.
 //! - `compare`: every-element comparison with per-dtype tolerances and the magnitude guard.
 //! - `export`: a KernelBench `ModelNew` and a `torch.library` op around a candidate.
+//! - `profile`: one call under Nsight Compute, parsed and diagnosed for the Judge.
 //!
 //! The status is decided here, from the worker's outcome, in one place ([`decide`]).
 
@@ -14,6 +15,7 @@ pub mod command;
 pub mod compare;
 pub mod compile;
 pub mod export;
+pub mod profile;
 pub mod protocol;
 
 use std::path::Path;
