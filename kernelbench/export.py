@@ -715,8 +715,11 @@ def trace_and_check(problem, model, device, notes, staging):
     reference.save(os.path.join(staging, "reference.pt"))
     del reference, wrapper, example, example_args
 
-    loaded_generator = torch.jit.load(os.path.join(staging, "inputs.pt"), map_location=device)
-    loaded_reference = torch.jit.load(os.path.join(staging, "reference.pt"), map_location=device)
+    # Loaded as kforge loads them: without map_location, which would also move the trace's
+    # scalar constants (Python floats, kept on the CPU) to the GPU, where a binary op can no
+    # longer pass them as kernel arguments and runs its slower broadcast path.
+    loaded_generator = torch.jit.load(os.path.join(staging, "inputs.pt"))
+    loaded_reference = torch.jit.load(os.path.join(staging, "reference.pt"))
     samples = {position: [] for position in positions}
     self_check = check_inputs = check_outputs = first_inputs = None
     for seed in (CHECK_SEED,) + EXTRA_SEEDS:
@@ -1011,8 +1014,8 @@ def compute_floor_ms(spec, flops_dtype, peaks):
 def measure_baseline(bundle_dir, spec, gpu, model):
     if spec["eval_mode"]:
         model.eval()
-    generator = torch.jit.load(os.path.join(bundle_dir, "inputs.pt"), map_location="cuda")
-    reference = torch.jit.load(os.path.join(bundle_dir, "reference.pt"), map_location="cuda")
+    generator = torch.jit.load(os.path.join(bundle_dir, "inputs.pt"))
+    reference = torch.jit.load(os.path.join(bundle_dir, "reference.pt"))
     dummy = torch.zeros(1, device="cuda")
     input_bytes = sum(math.prod(i["shape"]) * torch.empty((), dtype=getattr(torch, i["dtype"]))
                       .element_size() for i in spec["inputs"])
