@@ -121,7 +121,7 @@ if has profile; then
 fi
 
 echo
-echo "== gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+echo "== gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ), commit ${KFORGE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)})"
 printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"
 cp "$out/summary.txt" "$final/summary.txt"
 tar -czf "$final/logs.tar.gz" --exclude='*.ncu-rep' -C "$out" .
