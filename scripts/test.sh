@@ -10,3 +10,6 @@ scripts/setup.sh --no-build
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo test --release --no-fail-fast
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "SKIP (no GPU): GPU verdicts, timing and profiles are not checked here; run scripts/gpu-check.sh on a GPU host"
+fi

@@ -234,11 +234,30 @@ fn poisoned_like(reference: &Tensor, second: bool) -> Tensor {
 
 impl Worker {
     fn emit(&mut self, event: &WorkerEvent) {
-        if let Ok(line) = serde_json::to_string(event) {
-            // A parent that went away leaves nothing to report to.
-            let _ = writeln!(self.out, "{line}");
-            let _ = self.out.flush();
-        }
+        let line = serde_json::to_string(event).unwrap_or_else(|e| {
+            // Never leave the parent waiting: an answer it can read, saying what went wrong.
+            let id = match event {
+                WorkerEvent::Done { id, .. } | WorkerEvent::Stage { id, .. } => *id,
+                WorkerEvent::Ready { .. } => 0,
+            };
+            let outcome = WorkerOutcome {
+                failure: Some(fail(
+                    Stage::Start,
+                    FailureKind::Worker,
+                    format!("the worker could not encode its answer: {e}"),
+                    None,
+                )),
+                ..WorkerOutcome::default()
+            };
+            serde_json::to_string(&WorkerEvent::Done {
+                id,
+                outcome: Box::new(outcome),
+            })
+            .unwrap_or_default()
+        });
+        // A parent that went away leaves nothing to report to.
+        let _ = writeln!(self.out, "{line}");
+        let _ = self.out.flush();
     }
 
     fn stage(&mut self, id: u64, stage: Stage, trial: Option<u32>) {

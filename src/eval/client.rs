@@ -321,6 +321,21 @@ impl WorkerClient {
                     return outcome;
                 }
                 Read::Event(_) => {}
+                Read::Garbage(line) if line.starts_with("{\"event\":\"done\"") => {
+                    // An answer we cannot read must not look like a hang.
+                    let error = serde_json::from_str::<WorkerEvent>(&line)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default();
+                    return outcome_failure(
+                        stage,
+                        FailureKind::Worker,
+                        format!("the worker's answer could not be read ({error})"),
+                        trial,
+                        None,
+                        gpu,
+                    );
+                }
                 Read::Garbage(line) => {
                     tracing::debug!("ignoring a non-protocol line from the worker: {line}");
                 }
@@ -527,6 +542,26 @@ mod tests {
                 .unwrap_or_default()
                 .contains("libtorch_cuda")
         );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_answer_is_a_worker_failure_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut client = fake(
+            dir.path(),
+            &format!(
+                r#"{READY}; read line; echo '{{"event":"done","id":1,"outcome":{{"failure":null,"trials":[{{"bad":null}}]}}}}'; sleep 30"#
+            ),
+        );
+        let started = std::time::Instant::now();
+        let failure = client.request(request()).await.failure.unwrap();
+        assert_eq!(failure.kind, FailureKind::Worker);
+        assert!(
+            failure.message.contains("could not be read"),
+            "{}",
+            failure.message
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
     }
 
     #[tokio::test]

@@ -51,15 +51,21 @@ pub struct OutputComparison {
     pub shape: Vec<i64>,
     pub dtype: String,
     pub passed: bool,
+    // Errors are infinite where the candidate left NaN (poison) behind, and JSON has no
+    // infinity: these fields are written as "inf"/"NaN" strings when not finite.
+    #[serde(with = "nonfinite")]
     pub max_abs_err: f64,
+    #[serde(with = "nonfinite")]
     pub max_rel_err: f64,
     /// ‖out − ref‖₂ / ‖ref‖₂ (0 when both are zero).
+    #[serde(with = "nonfinite")]
     pub relative_l2_err: f64,
     pub mismatches: i64,
     pub elements: i64,
     /// Up to five multi-dimensional indices of mismatching elements, in order.
     pub first_mismatches: Vec<Vec<i64>>,
     /// Candidate value and reference value at the first mismatches.
+    #[serde(with = "nonfinite::pairs")]
     pub mismatch_values: Vec<(f64, f64)>,
     pub candidate_nan: i64,
     pub candidate_inf: i64,
@@ -67,6 +73,68 @@ pub struct OutputComparison {
     /// Whether the magnitude guard applied (reference tiny or constant) and what it found.
     pub magnitude_guard: Option<String>,
     pub tolerance: Tolerance,
+}
+
+/// serde for f64 values that may be NaN or ±∞, which JSON cannot hold: written as the strings
+/// "NaN", "inf" and "-inf", read back from those or from numbers.
+mod nonfinite {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Number(f64),
+        Text(String),
+    }
+
+    fn to_repr(v: f64) -> Repr {
+        if v.is_finite() {
+            Repr::Number(v)
+        } else if v.is_nan() {
+            Repr::Text("NaN".into())
+        } else if v > 0.0 {
+            Repr::Text("inf".into())
+        } else {
+            Repr::Text("-inf".into())
+        }
+    }
+
+    fn from_repr<E: serde::de::Error>(r: Repr) -> Result<f64, E> {
+        match r {
+            Repr::Number(v) => Ok(v),
+            Repr::Text(t) => match t.as_str() {
+                "NaN" | "nan" => Ok(f64::NAN),
+                "inf" | "+inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(E::custom(format!("not a number: {other:?}"))),
+            },
+        }
+    }
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        to_repr(*v).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        from_repr(Repr::deserialize(d)?)
+    }
+
+    pub mod pairs {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(v: &[(f64, f64)], s: S) -> Result<S::Ok, S::Error> {
+            let pairs: Vec<(Repr, Repr)> =
+                v.iter().map(|(a, b)| (to_repr(*a), to_repr(*b))).collect();
+            pairs.serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(f64, f64)>, D::Error> {
+            Vec::<(Repr, Repr)>::deserialize(d)?
+                .into_iter()
+                .map(|(a, b)| Ok((from_repr(a)?, from_repr(b)?)))
+                .collect()
+        }
+    }
 }
 
 fn is_floating(kind: Kind) -> bool {
@@ -314,6 +382,23 @@ mod tests {
         assert_eq!(cmp.candidate_nan, 1);
         assert_eq!(cmp.mismatches, 1);
         assert!(cmp.max_abs_err.is_infinite());
+    }
+
+    /// Regression: an output left NaN makes the errors infinite, and the worker's result line
+    /// failed to serialize, so the parent saw no answer and reported a timeout.
+    #[test]
+    fn infinite_errors_survive_json() {
+        let r = t(&[1.0, 2.0, 3.0]);
+        let c = t(&[1.0, f32::NAN, f32::INFINITY]);
+        let cmp = compare(0, &c, &r, Tolerance::for_kind(Kind::Float));
+        assert!(cmp.max_abs_err.is_infinite());
+        let json = serde_json::to_string(&cmp).expect("a comparison with NaN/inf serializes");
+        assert!(json.contains("\"inf\""), "{json}");
+        let back: OutputComparison = serde_json::from_str(&json).unwrap();
+        assert!(back.max_abs_err.is_infinite());
+        assert!(back.mismatch_values[0].0.is_nan());
+        assert_eq!(back.mismatch_values[1].0, f64::INFINITY);
+        assert_eq!(back.mismatches, cmp.mismatches);
     }
 
     #[test]
