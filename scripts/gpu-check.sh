@@ -49,6 +49,8 @@ if has catalog; then
   : >"$out/catalog.txt"
   while IFS=$'\t' read -r cand bundle expected; do
     [[ -z "$cand" || "$cand" == \#* ]] && continue
+    # CANDIDATES (a regex) narrows the catalog for a quick re-check.
+    [[ -n "${CANDIDATES:-}" && ! "$cand" =~ ${CANDIDATES} ]] && continue
     if [ ! -f "$bundles/$bundle/problem.json" ]; then row "$cand" "skipped" "no bundle $bundle"; continue; fi
     t0=$(now)
     "$bin" eval "$bundles/$bundle" "tests/fixtures/candidates/$cand" --stage-timeout 10 --json --output "$out/eval-${cand%.cu}.json" \
@@ -59,6 +61,7 @@ if has catalog; then
     verdict=$([ "$status" = "$expected" ] && echo ok || echo WRONG)
     echo "$cand $bundle expected=$expected got=$got ($(elapsed "$t0" "$t1") s)" >>"$out/catalog.txt"
     row "$cand" "$verdict" "$status (want $expected) $(elapsed "$t0" "$t1")s ${got#*| }"
+    printf '%s\n' "${rows[-1]}" >>"$final/summary.txt"
   done <tests/fixtures/candidates/catalog.tsv
 fi
 

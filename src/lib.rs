@@ -2,6 +2,7 @@
 //! Monte Carlo tree search over kernel variants. The binary (`src/main.rs`) is a thin shell over
 //! these modules; each module's own doc says why it exists.
 
+pub mod agents;
 pub mod cli;
 pub mod config;
 pub mod doctor;

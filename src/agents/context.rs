@@ -27,7 +27,7 @@ use crate::search::{Job, TriedResult, TriedStrategy};
 const COMPILE_LOG_LINES: usize = 40;
 /// Lines of a dead worker's stderr a prompt shows.
 const STDERR_LINES: usize = 8;
-/// Failing trials described beyond the first (which is described in full).
+/// Kinds of failure listed beyond the first failing trial (which is described in full).
 const MORE_FAILED_TRIALS: usize = 4;
 
 /// The facts every prompt of a run shares.
@@ -48,7 +48,9 @@ pub struct RunContext<'a> {
 pub enum Profile<'a> {
     /// The text the ncu module renders for the Judge (metrics and diagnosis).
     Profiled(&'a str),
-    NotProfiled { reason: &'a str },
+    NotProfiled {
+        reason: &'a str,
+    },
 }
 
 /// One evaluated kernel.
@@ -187,8 +189,12 @@ fn indent_continuation(text: &str, indent: &str) -> String {
     text.trim().replace('\n', &format!("\n{indent}"))
 }
 
+/// A message from elsewhere (a summary, a failure reason) as one line without machine paths.
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    sanitize_paths(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn profile(profile: Profile<'_>) -> String {
@@ -282,12 +288,7 @@ fn tensor_line(input: &TensorSpec) -> String {
         let _ = write!(text, ", always {}", structure_text(structure));
     }
     if let Some([low, high]) = input.observed_range {
-        let _ = write!(
-            text,
-            ", values seen in [{}, {}]",
-            number(low),
-            number(high)
-        );
+        let _ = write!(text, ", values seen in [{}, {}]", number(low), number(high));
     }
     text
 }
@@ -386,16 +387,18 @@ fn speed_of_light(run: &RunContext<'_>) -> String {
         );
     };
     let mut out = format!(
-        "floor {} per call, {}-bound: memory floor {} ({} at {}), compute floor {}",
+        "floor {} per call, {}-bound: memory floor {} ({} at {})",
         time(b.floor_ms),
         b.floor_bound,
         time(b.memory_floor_ms),
         si(problem.min_bytes as f64, "B"),
         si(b.bandwidth_bytes_per_s, "B/s"),
-        time(b.compute_floor_ms),
     );
-    match b.peak_flops_per_s.get(&b.flops_dtype) {
-        Some(peak) if problem.flops > 0 => {
+    if problem.flops == 0 {
+        out.push_str(", no compute floor (no FLOPs counted)");
+    } else {
+        let _ = write!(out, ", compute floor {}", time(b.compute_floor_ms));
+        if let Some(peak) = b.peak_flops_per_s.get(&b.flops_dtype) {
             let _ = write!(
                 out,
                 " ({} at {} {})",
@@ -404,7 +407,6 @@ fn speed_of_light(run: &RunContext<'_>) -> String {
                 si(*peak, "FLOP/s")
             );
         }
-        _ => {}
     }
     let _ = write!(
         out,
@@ -431,17 +433,21 @@ fn reference_evaluation(run: &RunContext<'_>) -> String {
             time(b.reference_ms),
             time(b.eager_ms)
         ),
-        None => "This node is the PyTorch reference itself; it has not been timed on this GPU."
-            .into(),
+        None => {
+            "This node is the PyTorch reference itself; it has not been timed on this GPU.".into()
+        }
     }
 }
 
 fn evaluation(result: &CandidateResult) -> String {
-    let mut out = format!(
-        "status: {} ({})\n",
-        result.status.as_str(),
-        one_line(&result.summary)
-    );
+    let status = result.status.as_str();
+    let summary = one_line(&result.summary);
+    // Summaries often begin with the status already ("correct; 0.52 ms median, ...").
+    let mut out = if summary.starts_with(status) {
+        format!("status: {summary}\n")
+    } else {
+        format!("status: {status} ({summary})\n")
+    };
     if !result.compile.ok {
         out.push_str(if result.compile.timed_out {
             "nvcc ran past its time limit; nothing was run\n"
@@ -500,10 +506,7 @@ fn evaluation(result: &CandidateResult) -> String {
             "suspicious speedup (over 10× or faster than the speed-of-light floor: check that \
              all the work is done)",
         ),
-        (
-            flags.side_stream_work,
-            "work ran outside the given stream",
-        ),
+        (flags.side_stream_work, "work ran outside the given stream"),
         (
             flags.nondeterministic,
             "nondeterministic (two calls on the same inputs differ bitwise)",
@@ -526,7 +529,7 @@ fn evaluation(result: &CandidateResult) -> String {
 
 fn failure_text(failure: &Failure) -> String {
     let kind = match failure.kind {
-        FailureKind::CandidateStatus => "kforge_forward returned an error status",
+        FailureKind::CandidateStatus => "error status",
         FailureKind::CudaError => "CUDA error",
         FailureKind::BadLibrary => "unusable library",
         FailureKind::Crashed => "the process crashed",
@@ -539,7 +542,7 @@ fn failure_text(failure: &Failure) -> String {
     if let Some(trial) = failure.trial {
         let _ = write!(out, " (trial {trial})");
     }
-    let _ = writeln!(out, ": {}", one_line(&sanitize_paths(&failure.message)));
+    let _ = writeln!(out, ": {}", one_line(&failure.message));
     if let Some(tail) = &failure.stderr_tail {
         let tail = sanitize_paths(tail);
         let lines: Vec<&str> = tail.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -563,21 +566,29 @@ fn correctness(trials: &[TrialResult]) -> String {
     if let Some(first) = failed.next() {
         out.push_str(&trial_detail(first));
     }
-    let rest: Vec<&TrialResult> = failed.collect();
-    for trial in rest.iter().take(MORE_FAILED_TRIALS) {
+    // Later failures by what they looked like, so five identical failures take one line.
+    let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+    for trial in failed {
+        let brief = trial_brief(trial);
+        match groups.iter_mut().find(|(b, _)| *b == brief) {
+            Some((_, trials)) => trials.push(trial.trial),
+            None => groups.push((brief, vec![trial.trial])),
+        }
+    }
+    for (brief, trials) in groups.iter().take(MORE_FAILED_TRIALS) {
+        let numbers: Vec<String> = trials.iter().map(u32::to_string).collect();
         let _ = writeln!(
             out,
-            "trial {} (seed {}) failed too: {}",
-            trial.trial,
-            trial.seed,
-            trial_brief(trial)
+            "{} {} failed too: {brief}",
+            if trials.len() == 1 { "trial" } else { "trials" },
+            numbers.join(", ")
         );
     }
-    if rest.len() > MORE_FAILED_TRIALS {
+    if groups.len() > MORE_FAILED_TRIALS {
         let _ = writeln!(
             out,
-            "({} more failed trials)",
-            rest.len() - MORE_FAILED_TRIALS
+            "(and {} other kinds of failure)",
+            groups.len() - MORE_FAILED_TRIALS
         );
     }
     out
@@ -670,7 +681,12 @@ fn trial_detail(trial: &TrialResult) -> String {
             let firsts: Vec<String> = o
                 .first_mismatches
                 .iter()
-                .zip(o.mismatch_values.iter().map(Some).chain(std::iter::repeat(None)))
+                .zip(
+                    o.mismatch_values
+                        .iter()
+                        .map(Some)
+                        .chain(std::iter::repeat(None)),
+                )
                 .map(|(index, values)| match values {
                     Some((got, expected)) => format!(
                         "{} got {} expected {}",
@@ -701,10 +717,12 @@ fn compile_log(result: &CandidateResult) -> String {
             .into();
     }
     let log = sanitize_paths(&compile.log);
-    // ptxas's resource lines are shown in their own slot.
+    // ptxas's resource report is shown in its own slot.
     let lines: Vec<&str> = log
         .lines()
-        .filter(|l| !l.trim().is_empty() && !l.contains("ptxas info"))
+        .filter(|l| {
+            !l.trim().is_empty() && !l.contains("ptxas info") && !l.contains("bytes stack frame")
+        })
         .collect();
     if compile.ok && lines.is_empty() {
         return format!("compiled cleanly for {}", compile.arch);
@@ -772,13 +790,8 @@ fn time(ms: f64) -> String {
 
 /// Three significant digits with an SI prefix: `218 MB`, `4.30 TB/s`.
 fn si(value: f64, unit: &str) -> String {
-    const PREFIXES: [(f64, &str); 5] = [
-        (1e15, "P"),
-        (1e12, "T"),
-        (1e9, "G"),
-        (1e6, "M"),
-        (1e3, "k"),
-    ];
+    const PREFIXES: [(f64, &str); 5] =
+        [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
     let (scale, prefix) = PREFIXES
         .into_iter()
         .find(|(scale, _)| value.abs() >= *scale)
@@ -814,7 +827,11 @@ fn number(x: f64) -> String {
     }
     let text = format!("{x:.6}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
-    if text == "-0" { "0".into() } else { text.into() }
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    }
 }
 
 #[cfg(test)]

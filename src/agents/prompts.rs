@@ -86,14 +86,7 @@ const RUN_SLOTS: &[Slot] = &[
 ];
 
 /// One evaluated node.
-const NODE_SLOTS: &[Slot] = &[
-    Code,
-    Evaluation,
-    CompileLog,
-    Resources,
-    Profile,
-    Ancestors,
-];
+const NODE_SLOTS: &[Slot] = &[Code, Evaluation, CompileLog, Resources, Profile, Ancestors];
 
 impl Slot {
     pub const ALL: [Slot; 16] = [
@@ -443,12 +436,11 @@ impl Prompts {
             let template = match user_file.filter(|path| path.is_file()) {
                 Some(path) => {
                     let shown = crate::paths::display(&path);
-                    let text = std::fs::read_to_string(&path).map_err(|source| {
-                        PromptError::Read {
+                    let text =
+                        std::fs::read_to_string(&path).map_err(|source| PromptError::Read {
                             path: shown.clone(),
                             source,
-                        }
-                    })?;
+                        })?;
                     Template::parse(kind, TemplateOrigin::File(shown), &text)?
                 }
                 None => Template::parse(kind, TemplateOrigin::Shipped, kind.shipped_text())?,
@@ -548,7 +540,10 @@ mod tests {
             text.contains("coder_retry") && text.contains("line 2") && text.contains("{{eror}}"),
             "{text}"
         );
-        assert!(text.contains("mine.txt") && text.contains("{{error}}"), "{text}");
+        assert!(
+            text.contains("mine.txt") && text.contains("{{error}}"),
+            "{text}"
+        );
         // `code` exists but the first kernel has no code to show.
         let err = parse(TemplateKind::CoderGenerate, "{{problem_source}} {{code}}").unwrap_err();
         assert!(
@@ -560,7 +555,10 @@ mod tests {
     #[test]
     fn unclosed_braces_and_unused_required_slots_are_errors() {
         let err = parse(TemplateKind::CoderRetry, "{{error}} and {{oops").unwrap_err();
-        assert!(matches!(err, PromptError::Unclosed { line: 1, .. }), "{err}");
+        assert!(
+            matches!(err, PromptError::Unclosed { line: 1, .. }),
+            "{err}"
+        );
         let err = parse(TemplateKind::CoderOptimize, "{{code}} without the edit").unwrap_err();
         assert!(
             matches!(
@@ -578,7 +576,10 @@ mod tests {
     fn a_missing_value_names_template_and_slot() {
         let template = parse(TemplateKind::CoderRetry, "{{error}}").unwrap();
         let err = template.render(&SlotValues::new()).unwrap_err();
-        assert_eq!(err.to_string(), "template coder_retry: no value for slot {{error}}");
+        assert_eq!(
+            err.to_string(),
+            "template coder_retry: no value for slot {{error}}"
+        );
     }
 
     #[test]
