@@ -295,6 +295,29 @@ impl Worker {
         Ok(())
     }
 
+    /// The loaded problem's parameters and buffers (shallow: the same storage).
+    fn params(&self) -> Vec<Tensor> {
+        self.problem
+            .as_ref()
+            .map(|p| p.params.iter().map(Tensor::shallow_clone).collect())
+            .unwrap_or_default()
+    }
+
+    /// Starts answering a request: the outcome to fill, with the problem loaded, or an outcome
+    /// that already says why the problem cannot be used.
+    fn begin(&mut self, id: u64, bundle: &Path) -> Result<WorkerOutcome, WorkerOutcome> {
+        let mut outcome = WorkerOutcome {
+            gpu: self.gpu.clone(),
+            ..WorkerOutcome::default()
+        };
+        self.stage(id, Stage::LoadProblem, None);
+        if let Err(e) = self.load_problem(bundle) {
+            outcome.failure = Some(fail(Stage::LoadProblem, FailureKind::Problem, e, None));
+            return Err(outcome);
+        }
+        Ok(outcome)
+    }
+
     /// Inputs and reference outputs for one seed (cached).
     fn case(&mut self, seed: i64) -> Result<(Vec<Tensor>, Vec<Tensor>), String> {
         let problem = self.problem.as_mut().ok_or("no problem loaded")?;
@@ -327,15 +350,10 @@ impl Worker {
         library: &Path,
         options: &ProtocolOptions,
     ) -> WorkerOutcome {
-        let mut outcome = WorkerOutcome {
-            gpu: self.gpu.clone(),
-            ..WorkerOutcome::default()
+        let mut outcome = match self.begin(id, bundle) {
+            Ok(outcome) => outcome,
+            Err(outcome) => return outcome,
         };
-        self.stage(id, Stage::LoadProblem, None);
-        if let Err(e) = self.load_problem(bundle) {
-            outcome.failure = Some(fail(Stage::LoadProblem, FailureKind::Problem, e, None));
-            return outcome;
-        }
         self.stage(id, Stage::LoadCandidate, None);
         let candidate = match Candidate::load(library) {
             Ok(c) => c,
@@ -389,11 +407,7 @@ impl Worker {
         stage: Stage,
         trial: u32,
     ) -> Result<(Vec<Tensor>, Vec<Tensor>), (Failure, bool)> {
-        let params: Vec<Tensor> = self
-            .problem
-            .as_ref()
-            .map(|p| p.params.iter().map(Tensor::shallow_clone).collect())
-            .unwrap_or_default();
+        let params = self.params();
         let outputs: Vec<Tensor> = reference
             .iter()
             .map(|r| poisoned_like(r, second_poison))
@@ -576,11 +590,7 @@ impl Worker {
         let l2 = self.gpu.as_ref().map(|g| g.l2_bytes).unwrap_or(64 << 20);
         let flush_bytes = (2 * l2).max(1 << 20);
         let flush = Tensor::zeros([flush_bytes as i64], (Kind::Uint8, self.device));
-        let params: Vec<Tensor> = self
-            .problem
-            .as_ref()
-            .map(|p| p.params.iter().map(Tensor::shallow_clone).collect())
-            .unwrap_or_default();
+        let params = self.params();
         let events = |stage| -> Result<(sys::CUevent, sys::CUevent), (Failure, bool)> {
             let a = cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| {
                 (
@@ -737,15 +747,10 @@ impl Worker {
         warmups: u32,
         seed: i64,
     ) -> WorkerOutcome {
-        let mut outcome = WorkerOutcome {
-            gpu: self.gpu.clone(),
-            ..WorkerOutcome::default()
+        let mut outcome = match self.begin(id, bundle) {
+            Ok(outcome) => outcome,
+            Err(outcome) => return outcome,
         };
-        self.stage(id, Stage::LoadProblem, None);
-        if let Err(e) = self.load_problem(bundle) {
-            outcome.failure = Some(fail(Stage::LoadProblem, FailureKind::Problem, e, None));
-            return outcome;
-        }
         let candidate = match library.map(Candidate::load).transpose() {
             Ok(c) => c,
             Err(e) => {
@@ -761,11 +766,7 @@ impl Worker {
                 return outcome;
             }
         };
-        let params: Vec<Tensor> = self
-            .problem
-            .as_ref()
-            .map(|p| p.params.iter().map(Tensor::shallow_clone).collect())
-            .unwrap_or_default();
+        let params = self.params();
         let outputs: Vec<Tensor> = reference.iter().map(|r| poisoned_like(r, false)).collect();
         let run_once = |w: &Worker| -> Result<(), String> {
             match &candidate {
