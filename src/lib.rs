@@ -16,5 +16,6 @@ pub mod paths;
 pub mod problem;
 pub mod proc;
 pub mod search;
+pub mod store;
 pub mod tools;
 pub mod worker;
