@@ -109,6 +109,10 @@ struct EvalArgs {
     /// is declared hung and its worker killed.
     #[arg(long, default_value_t = 30)]
     stage_timeout: u64,
+    /// Also profile a correct candidate with ncu (`default`, `fast` or a folder of .section
+    /// files); the Judge's view goes into the result. The verdict does not depend on it.
+    #[arg(long, value_name = "SECTIONS", num_args = 0..=1, default_missing_value = "default")]
+    profile: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -257,6 +261,7 @@ async fn dispatch(command: Command, resolved: &Resolved) -> anyhow::Result<ExitC
                     stage_timeout: std::time::Duration::from_secs(args.stage_timeout),
                     json: args.json,
                     output: args.output,
+                    profile_sections: args.profile,
                 },
             )
             .await

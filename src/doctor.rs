@@ -894,6 +894,27 @@ fn probe_llm(settings: &Settings) -> Probe {
         )
         .with_facts(facts);
     }
+    // A model name that does not parse would fail only when a run starts: say so here.
+    let bad_models: Vec<String> = [("llm.coder", &llm.coder), ("llm.judge", &llm.judge)]
+        .into_iter()
+        .filter_map(|(key, model)| {
+            let model = model.as_ref()?;
+            crate::llm::ModelSpec::parse(model)
+                .err()
+                .map(|e| format!("{key} = {model:?}: {e}"))
+        })
+        .collect();
+    if !bad_models.is_empty() {
+        return Probe::failed(
+            "llm",
+            Status::Unusable,
+            format!("credentials for {}", providers.join(", ")),
+            bad_models.join("; "),
+            "write models as provider:model, e.g. openai:o3, anthropic:claude-sonnet-4-5 or \
+             openai-compat:http://host:8000/v1#qwen3-coder",
+        )
+        .with_facts(facts);
+    }
     let models = match (&llm.coder, &llm.judge) {
         (Some(c), Some(j)) => format!("; coder {c}, judge {j}"),
         _ => String::new(),
@@ -1169,6 +1190,19 @@ mod tests {
         assert!(!text.contains("sk-secret"), "{text}");
         let probe = probe_llm(&Settings::default());
         assert_eq!(probe.status, Status::Missing);
+    }
+
+    #[test]
+    fn llm_probe_rejects_a_model_name_that_does_not_parse() {
+        let mut settings = Settings::default();
+        settings.llm.openai.api_key = Some(crate::config::Secret::new("sk-x"));
+        settings.llm.coder = Some("gpt4o-without-provider".into());
+        settings.llm.judge = Some("anthropic:claude-sonnet-4-5".into());
+        let probe = probe_llm(&settings);
+        assert_eq!(probe.status, Status::Unusable, "{probe:?}");
+        assert!(probe.reason.unwrap().contains("llm.coder"));
+        settings.llm.coder = Some("openai:o3".into());
+        assert_eq!(probe_llm(&settings).status, Status::Ok);
     }
 
     #[test]

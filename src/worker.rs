@@ -305,7 +305,7 @@ impl Worker {
 
     /// Starts answering a request: the outcome to fill, with the problem loaded, or an outcome
     /// that already says why the problem cannot be used.
-    fn begin(&mut self, id: u64, bundle: &Path) -> Result<WorkerOutcome, WorkerOutcome> {
+    fn begin(&mut self, id: u64, bundle: &Path) -> Result<WorkerOutcome, Box<WorkerOutcome>> {
         let mut outcome = WorkerOutcome {
             gpu: self.gpu.clone(),
             ..WorkerOutcome::default()
@@ -313,7 +313,7 @@ impl Worker {
         self.stage(id, Stage::LoadProblem, None);
         if let Err(e) = self.load_problem(bundle) {
             outcome.failure = Some(fail(Stage::LoadProblem, FailureKind::Problem, e, None));
-            return Err(outcome);
+            return Err(Box::new(outcome));
         }
         Ok(outcome)
     }
@@ -352,7 +352,7 @@ impl Worker {
     ) -> WorkerOutcome {
         let mut outcome = match self.begin(id, bundle) {
             Ok(outcome) => outcome,
-            Err(outcome) => return outcome,
+            Err(outcome) => return *outcome,
         };
         self.stage(id, Stage::LoadCandidate, None);
         let candidate = match Candidate::load(library) {
@@ -749,7 +749,7 @@ impl Worker {
     ) -> WorkerOutcome {
         let mut outcome = match self.begin(id, bundle) {
             Ok(outcome) => outcome,
-            Err(outcome) => return outcome,
+            Err(outcome) => return *outcome,
         };
         let candidate = match library.map(Candidate::load).transpose() {
             Ok(c) => c,

@@ -74,6 +74,8 @@ pub struct EvalRequest<'a> {
     pub json: bool,
     /// Where to also write the result document.
     pub output: Option<PathBuf>,
+    /// Profile a correct candidate with these ncu sections (`default`, `fast`, a folder).
+    pub profile_sections: Option<String>,
 }
 
 pub async fn eval(settings: &Settings, request: EvalRequest<'_>) -> anyhow::Result<ExitCode> {
@@ -90,7 +92,7 @@ pub async fn eval(settings: &Settings, request: EvalRequest<'_>) -> anyhow::Resu
     if worker.is_none() {
         tracing::warn!("no GPU here: compile-only (the candidate is built, not verified or timed)");
     }
-    let result = super::evaluate(
+    let mut result = super::evaluate(
         &compiler,
         worker.as_mut(),
         &bundle,
@@ -98,6 +100,15 @@ pub async fn eval(settings: &Settings, request: EvalRequest<'_>) -> anyhow::Resu
         &request.options,
     )
     .await?;
+    if let (Some(sections), Status::Correct, Some(library)) = (
+        &request.profile_sections,
+        result.status,
+        result.compile.library.clone(),
+    ) {
+        result.ncu = Some(
+            profile_into_result(settings, &bundle, &library, sections, request.candidate).await,
+        );
+    }
     print_result(&result, request.json)?;
     if let Some(path) = &request.output {
         std::fs::write(path, serde_json::to_string_pretty(&result)?)
@@ -107,6 +118,52 @@ pub async fn eval(settings: &Settings, request: EvalRequest<'_>) -> anyhow::Resu
         Status::Correct | Status::Compiled => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// The `ncu` part of a result document: the Judge's view and diagnosis, or why there is none
+/// (the verdict stands either way).
+async fn profile_into_result(
+    settings: &Settings,
+    bundle: &ProblemBundle,
+    library: &Path,
+    sections: &str,
+    candidate: &Path,
+) -> serde_json::Value {
+    let ncu = match tools::locate(Tool::Ncu, settings) {
+        Ok(l) => l.path,
+        Err(e) => return serde_json::json!({ "profiled": false, "reason": e.to_string() }),
+    };
+    let stem = report_stem(bundle, Some(candidate));
+    match super::profile::profile(
+        &ncu,
+        &crate::ncu::SectionSet::from_arg(sections),
+        &settings.home.join("ncu-sections"),
+        &bundle.dir,
+        Some(library),
+        &stem,
+    )
+    .await
+    {
+        Ok(p) => serde_json::json!({
+            "profiled": true,
+            "judge_view": p.judge_view,
+            "diagnosis": p.diagnosis,
+            "kernels": p.kernels,
+            "report": crate::paths::display(&p.report),
+            "seconds": p.seconds,
+        }),
+        Err(reason) => serde_json::json!({ "profiled": false, "reason": reason.to_string() }),
+    }
+}
+
+/// `<bundle>-<candidate stem | reference>` in the working directory.
+fn report_stem(bundle: &ProblemBundle, candidate: Option<&Path>) -> PathBuf {
+    let what = candidate
+        .and_then(|p| p.file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "reference".into());
+    let stem = PathBuf::from(format!("{}-{what}", bundle.spec.name.replace('/', "_")));
+    std::path::absolute(&stem).unwrap_or(stem)
 }
 
 fn print_result(result: &CandidateResult, json: bool) -> anyhow::Result<()> {
@@ -197,15 +254,10 @@ pub async fn profile(
         }
         None => None,
     };
-    let stem = request.report_stem.unwrap_or_else(|| {
-        let what = request
-            .candidate
-            .and_then(|p| p.file_stem())
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "reference".into());
-        PathBuf::from(format!("{}-{what}", bundle.spec.name.replace('/', "_")))
-    });
-    let stem = std::path::absolute(&stem).unwrap_or(stem);
+    let stem = match request.report_stem {
+        Some(stem) => std::path::absolute(&stem).unwrap_or(stem),
+        None => report_stem(&bundle, request.candidate),
+    };
     let result = super::profile::profile(
         &ncu,
         &sections,

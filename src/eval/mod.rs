@@ -442,6 +442,15 @@ pub fn render(result: &CandidateResult) -> String {
     if !raised.is_empty() {
         out.push_str(&format!("flags     {}\n", raised.join(", ")));
     }
+    if let Some(ncu) = &result.ncu {
+        match ncu["judge_view"].as_str() {
+            Some(view) => out.push_str(&format!("profile\n{view}")),
+            None => out.push_str(&format!(
+                "profile   not profiled: {}\n",
+                ncu["reason"].as_str().unwrap_or("unknown")
+            )),
+        }
+    }
     out.push_str(&format!("wall      {:.2} s\n", result.seconds));
     out
 }
