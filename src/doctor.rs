@@ -890,7 +890,7 @@ fn probe_llm(settings: &Settings) -> Probe {
             "no provider has credentials",
             "none of OPENAI_API_KEY, ANTHROPIC_API_KEY or llm.openai_compat.base_url is set",
             "export OPENAI_API_KEY or ANTHROPIC_API_KEY, or point llm.openai_compat.base_url at a \
-             local server; without them the demo replays a recorded session",
+             local server (vLLM, SGLang, Ollama); `kforge llm test` checks the endpoint",
         )
         .with_facts(facts);
     }
