@@ -3,7 +3,7 @@
 # on the build host at target/release/kforge (carry it). Logs go to $OUT (default
 # ./gpu-check-out); a short table is printed last.
 #
-#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [profile]
+#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [evalprofile] [profile]
 # With no arguments everything runs.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +18,7 @@ export KFORGE_HOME=${KFORGE_HOME:-/tmp/kforge-home}
 export PYTHONUNBUFFERED=1
 bin=$repo/target/release/kforge
 bundles=$KFORGE_HOME/bundles
-steps=${*:-doctor import catalog speed repro export profile}
+steps=${*:-doctor import catalog speed repro export evalprofile profile}
 rows=()
 now() { date +%s.%N; }
 elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
@@ -98,6 +98,14 @@ if has export; then
   "$bin" export "$bundles/${REPRO_BUNDLE:-gelu_activation}" tests/fixtures/candidates/gelu_correct.cu --kernelbench "$out/gelu_model_new.py" >"$out/export.txt" 2>&1
   python3 scripts/check_export.py "$out/gelu_model_new.py" >>"$out/export.txt" 2>&1; rc=$?
   row "export ModelNew under PyTorch" "rc=$rc" "$(tail -n 1 "$out/export.txt")"
+fi
+
+# eval --profile: the Judge's ncu view attached to a correct candidate's result document.
+if has evalprofile; then
+  "$bin" eval "$bundles/${REPRO_BUNDLE:-gelu_activation}" tests/fixtures/candidates/gelu_correct.cu --profile --json --output "$out/eval-profile.json" \
+    >"$out/eval-profile.txt" 2>&1; rc=$?
+  got=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); n=d.get('ncu') or {}; print(d['status'], '|', (n.get('judge_view') or 'not profiled: %s' % n.get('reason'))[:80].replace(chr(10),' '))" "$out/eval-profile.json" 2>/dev/null || echo "no-result |")
+  row "eval --profile gelu_correct" "rc=$rc" "$got"
 fi
 
 # Profiles: every correct candidate of the catalog and every bundled reference.
