@@ -346,6 +346,12 @@ fn jobs_tell_the_judge_what_siblings_and_ancestors_tried() {
                                 told.result,
                                 TriedResult::Correct { speedup: s, .. } if s == *speedup
                             )),
+                            Some(Evaluation::Unverified { reason }) => assert_eq!(
+                                told.result,
+                                TriedResult::Unverified {
+                                    reason: reason.clone()
+                                }
+                            ),
                             None => assert_eq!(told.result, TriedResult::Pending),
                         }
                     }

@@ -167,6 +167,13 @@ fn tried_result(tried: &TriedStrategy) -> String {
     match &tried.result {
         TriedResult::Pending => "being tried right now".into(),
         TriedResult::Failed { reason } => format!("failed: {}", one_line(reason)),
+        TriedResult::Unverified { reason } => {
+            let mut text = format!("built, not verified or timed ({})", one_line(reason));
+            if let Some(best) = tried.best_speedup_in_subtree {
+                let _ = write!(text, "; edits on top of it reached {best:.2}×");
+            }
+            text
+        }
         TriedResult::Correct {
             speedup,
             fraction_of_sol,

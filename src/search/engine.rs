@@ -24,7 +24,7 @@ use super::{SearchConfig, SearchError, round_measure};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum JobKind {
-    /// Apply one of the Judge's prescriptions to a correct kernel.
+    /// Apply one of the Judge's prescriptions to a correct (or unverified) kernel.
     Optimize,
     /// Fix a failed kernel (the `attempt`-th repair in its chain).
     Repair { attempt: u32 },
@@ -59,6 +59,10 @@ pub enum TriedResult {
         fraction_of_sol: Option<f64>,
     },
     Failed {
+        reason: String,
+    },
+    /// Built but neither verified nor timed (compile-only: no GPU).
+    Unverified {
         reason: String,
     },
 }
@@ -336,7 +340,8 @@ impl Search {
     }
 
     /// Records an evaluated job. Returns `NewBest` when the child is the fastest correct
-    /// candidate so far, and `BranchDead` when a failure used up its chain's repairs.
+    /// candidate so far, and `BranchDead` when a failure used up its chain's repairs. An
+    /// unverified child (compile-only) returns neither: it is expandable but never the best.
     pub fn complete(
         &mut self,
         child: NodeId,
@@ -497,6 +502,9 @@ impl Search {
                 fraction_of_sol: *fraction_of_sol,
             },
             (_, Some(Evaluation::Failed { reason })) => TriedResult::Failed {
+                reason: reason.clone(),
+            },
+            (_, Some(Evaluation::Unverified { reason })) => TriedResult::Unverified {
                 reason: reason.clone(),
             },
             (_, None) => TriedResult::Pending,
@@ -712,16 +720,15 @@ impl Search {
             .max()
             .unwrap_or(0)
             + 1;
-        let correct = matches!(outcome.evaluation, Evaluation::Correct { .. });
         let value = self.config.reward.value(&outcome.evaluation);
         if let Some(node) = self.tree.node_mut(child) {
             node.evaluation = Some(outcome.evaluation.clone());
             node.cost = outcome.cost;
             node.completed = Some(order);
-            node.state = if correct {
-                NodeState::Evaluated
-            } else {
-                NodeState::Failed
+            node.state = match outcome.evaluation {
+                // An unverified kernel built, so edits can start from it like from a correct one.
+                Evaluation::Correct { .. } | Evaluation::Unverified { .. } => NodeState::Evaluated,
+                Evaluation::Failed { .. } => NodeState::Failed,
             };
         }
         self.tree.shift_virtual_loss(parent, false);
@@ -729,22 +736,29 @@ impl Search {
         self.in_flight.retain(|job| job.child != child);
 
         let mut events = Vec::new();
-        if correct {
-            if let Some(best) = self.tree.best_correct().filter(|best| best.id == child) {
-                events.push(SearchEvent::NewBest {
-                    node: child,
-                    speedup: best.speedup().unwrap_or(1.0),
-                    fraction_of_sol: best.fraction_of_sol(),
-                });
+        match outcome.evaluation {
+            Evaluation::Correct { .. } => {
+                if let Some(best) = self.tree.best_correct().filter(|best| best.id == child) {
+                    events.push(SearchEvent::NewBest {
+                        node: child,
+                        speedup: best.speedup().unwrap_or(1.0),
+                        fraction_of_sol: best.fraction_of_sol(),
+                    });
+                }
             }
-        } else if self
-            .tree
-            .get(child)
-            .is_some_and(|node| node.repair_attempt() >= self.config.max_repairs)
-        {
-            events.push(SearchEvent::BranchDead {
-                nodes: self.kill_chain(child),
-            });
+            // Not a failure, so it ends no repair chain, even as the last repair allowed.
+            Evaluation::Unverified { .. } => {}
+            Evaluation::Failed { .. } => {
+                if self
+                    .tree
+                    .get(child)
+                    .is_some_and(|node| node.repair_attempt() >= self.config.max_repairs)
+                {
+                    events.push(SearchEvent::BranchDead {
+                        nodes: self.kill_chain(child),
+                    });
+                }
+            }
         }
         Ok(events)
     }
@@ -808,7 +822,9 @@ impl JournalEntry {
                             speedup: round_measure(speedup),
                             fraction_of_sol: fraction_of_sol.map(round_measure),
                         },
-                        failed @ Evaluation::Failed { .. } => failed,
+                        // Nothing measured to round.
+                        unmeasured
+                        @ (Evaluation::Failed { .. } | Evaluation::Unverified { .. }) => unmeasured,
                     },
                     cost: round_spend(outcome.cost),
                 },

@@ -20,6 +20,11 @@
 //! }
 //! ```
 //!
+//! A compile-only run (no GPU: kernels are built, never verified nor timed) completes its jobs
+//! with [`Evaluation::Unverified`]: such kernels are expanded like correct ones, so the tree
+//! still grows, but none is ever the best, none stops the search near the speed of light, and
+//! the run ends on its budgets.
+//!
 //! A run is resumed either from the journal ([`Search::replay`], the append-only log replayed
 //! entry by entry) or from a snapshot ([`Search::to_json`] / [`Search::from_json`]); both
 //! carry the jobs in flight, and both end a resumed run exactly where an uninterrupted one

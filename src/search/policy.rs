@@ -3,7 +3,8 @@
 //!
 //! **Reward.** A candidate's value is its log speedup normalised by a target,
 //! `ln(speedup) / ln(target_speedup)`, clipped to `[-1, max_value]`; a failed candidate is worth
-//! `failure_value`. Kernel Forge scored raw milliseconds, so the exploration constant meant
+//! `failure_value`, and an unverified one (built, not run: a compile-only run) 0, the value of
+//! speedup 1. Kernel Forge scored raw milliseconds, so the exploration constant meant
 //! something different for every operator: a 20 µs op explored almost blindly and a 20 ms op
 //! hardly at all. A log ratio is scale-free: 2× faster is worth the same on any operator.
 //!
@@ -25,7 +26,7 @@
 //! descending the same path while the LLM calls run.
 //!
 //! **Linear chain.** [`Policy::LinearChain`] is CudaForge's loop: always expand the most
-//! recently evaluated correct kernel with its top prescription, one job at a time. It exists to
+//! recently evaluated correct (or unverified) kernel with its top prescription, one job at a time. It exists to
 //! measure what the tree search buys.
 
 use rand::RngExt;
@@ -44,7 +45,8 @@ pub enum Policy {
     /// AlphaZero's rule with the Judge's ranking as the prior:
     /// `Q + c · P · sqrt(N_parent) / (1 + N_child)`.
     Puct { exploration: f64 },
-    /// The baseline: expand the latest correct kernel with its top prescription.
+    /// The baseline: expand the latest correct (or unverified) kernel with its top
+    /// prescription.
     LinearChain,
 }
 
@@ -106,6 +108,13 @@ impl Reward {
                 (speedup.ln() / self.target_speedup.ln()).clamp(-1.0, self.max_value)
             }
             Evaluation::Failed { .. } => self.failure_value,
+            // Neutral: as far as we know it is no better and no worse than the reference
+            // (ln 1 = 0). Rewarding it as a failure would steer a compile-only run away from
+            // every kernel that builds, and any positive value would be a speedup nobody
+            // measured; at 0, selection among unverified kernels follows the Judge's priors
+            // and the visit counts, and one measured correct kernel outranks them as soon as
+            // it is faster than the reference.
+            Evaluation::Unverified { .. } => 0.0,
         }
     }
 }
@@ -126,7 +135,8 @@ pub(crate) fn select(tree: &Tree, config: &SearchConfig, rng: &mut ChaCha8Rng) -
     }
 }
 
-/// The chain's next node: the correct kernel evaluated last (the reference at first).
+/// The chain's next node: the expandable kernel (correct or unverified) evaluated last (the
+/// reference at first).
 fn latest_correct(tree: &Tree) -> Option<NodeId> {
     tree.nodes()
         .iter()
@@ -310,6 +320,28 @@ mod tests {
             reason: "compile error".into(),
         };
         assert_eq!(reward.value(&failed), -1.0);
+    }
+
+    #[test]
+    fn an_unverified_kernel_is_worth_the_reference() {
+        let unverified = Evaluation::Unverified {
+            reason: "no GPU on this machine".into(),
+        };
+        for reward in [
+            Reward::default(),
+            Reward {
+                target_speedup: 1.5,
+                max_value: 0.5,
+                failure_value: 0.25,
+            },
+        ] {
+            let reference = reward.value(&Evaluation::Correct {
+                speedup: 1.0,
+                fraction_of_sol: None,
+            });
+            assert_eq!(reward.value(&unverified), reference);
+            assert_eq!(reward.value(&unverified), 0.0);
+        }
     }
 
     #[test]

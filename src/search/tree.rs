@@ -2,9 +2,14 @@
 //!
 //! Nodes are never removed: an expansion that failed before evaluation stays as an `Abandoned`
 //! node, so node ids are stable indices and the tree written to a run directory shows every
-//! attempt. Each node keeps what the search needs of its evaluation (correct or not, speedup
-//! against the reference, fraction of the speed of light, cost) and the prescription that
-//! produced it, so siblings can be told what was already tried and why it failed.
+//! attempt. Each node keeps what the search needs of its evaluation and the prescription that
+//! produced it, so siblings can be told what was already tried and why it failed. An
+//! evaluation is one of three kinds ([`Evaluation`]): correct (with its speedup against the
+//! reference and its fraction of the speed of light), failed (compile error, crash, mismatch),
+//! or unverified: built by nvcc but neither checked nor timed, as in a compile-only run on a
+//! machine without a GPU. An unverified kernel is optimized further like a correct one, so a
+//! compile-only run still walks a tree, but it is never the best and never stops the search
+//! early: nothing is known of its speed.
 //!
 //! The statistics ([`Stats`]) are derived data: they are rebuilt from the evaluations in the
 //! order the evaluations arrived, so a tree restored from JSON carries bit-identical values.
@@ -54,7 +59,8 @@ pub enum NodeKind {
 pub enum NodeState {
     /// Handed out as a job; its LLM calls or its evaluation are running.
     InFlight,
-    /// Evaluated and correct: it can be optimized further.
+    /// Evaluated and correct, or built but unverified (compile-only): it can be optimized
+    /// further.
     Evaluated,
     /// Evaluated and wrong (compile error, crash, mismatch): never optimized, only repaired.
     Failed,
@@ -78,6 +84,10 @@ pub enum Evaluation {
     /// Compile error, runtime error, timeout or mismatch; `reason` is what the Judge should
     /// read about it (a line, not the whole log).
     Failed { reason: String },
+    /// Built, but neither verified nor timed (compile-only: no GPU). Expandable like a correct
+    /// kernel, yet not correct: no speedup, never the best. `reason` says why it was not run,
+    /// as the Judge reads it (a line, e.g. "compile-only: no GPU on this machine").
+    Unverified { reason: String },
 }
 
 /// One of the Judge's ranked prescriptions for a node.
@@ -168,7 +178,7 @@ impl Node {
         )
     }
 
-    /// Correct (or the root) and so open to optimization.
+    /// Correct, unverified (compile-only) or the root, and so open to optimization.
     pub fn is_expandable(&self) -> bool {
         self.state == NodeState::Evaluated
     }
@@ -241,7 +251,8 @@ impl Tree {
         path
     }
 
-    /// The fastest correct candidate (the root excluded; the earlier one on a tie).
+    /// The fastest correct candidate (the root excluded; the earlier one on a tie). Unverified
+    /// candidates have no speedup and are never it.
     pub fn best_correct(&self) -> Option<&Node> {
         let mut best: Option<&Node> = None;
         for node in self.nodes.iter().skip(1) {
