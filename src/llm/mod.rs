@@ -46,7 +46,7 @@ use crate::config::Settings;
 pub use error::{LlmError, redact};
 pub use model::{ModelSpec, ProviderKind, shown_url};
 pub use price::{ModelPrice, PriceTable};
-pub use record::{Recorder, ReplayClient};
+pub use record::{Recorder, RecordingClient, ReplayClient, RunRecording};
 pub use scripted::{ScriptedClient, ScriptedReply};
 pub use usage::{Cost, CostUnknown, Usage};
 

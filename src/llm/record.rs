@@ -252,6 +252,145 @@ impl LlmClient for ReplayClient {
     }
 }
 
+/// A run's own recording (`llm.jsonl` in its run directory): every exchange the run made is
+/// appended to it, and a resumed run answers a request it already made from it, each recorded
+/// response at most once and only for the same provider and model, so a call paid for before the
+/// run was killed is never paid again. Shared by every client of the run ([`RecordingClient`]).
+pub struct RunRecording {
+    recorder: Recorder,
+    /// Unserved recorded responses by request hash, oldest first.
+    unserved: Mutex<HashMap<String, std::collections::VecDeque<RecordedResponse>>>,
+    prices: Arc<PriceTable>,
+}
+
+impl RunRecording {
+    /// Opens (or creates) `path`; what it already holds is served before any live call.
+    pub fn open(path: &Path, prices: Arc<PriceTable>) -> Result<RunRecording, LlmError> {
+        let bad = |detail: String| LlmError::ReplayFile {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        // A run killed mid-write leaves a torn last line: cut it off, keep everything before it.
+        let complete = text.rfind('\n').map_or(0, |end| end + 1);
+        if complete < text.len() {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| bad(e.to_string()))?;
+            file.set_len(complete as u64)
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        let mut unserved: HashMap<String, std::collections::VecDeque<RecordedResponse>> =
+            HashMap::new();
+        for (number, line) in text[..complete].lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let exchange: RecordedExchange =
+                serde_json::from_str(line).map_err(|e| bad(format!("line {}: {e}", number + 1)))?;
+            if exchange.request.hash() != exchange.request_hash {
+                return Err(bad(format!(
+                    "line {}: request_hash does not match the request recorded with it",
+                    number + 1
+                )));
+            }
+            unserved
+                .entry(exchange.request_hash)
+                .or_default()
+                .push_back(exchange.response);
+        }
+        Ok(RunRecording {
+            recorder: Recorder::create(path)?,
+            unserved: Mutex::new(unserved),
+            prices,
+        })
+    }
+
+    /// Recorded responses not yet served.
+    pub fn unserved(&self) -> usize {
+        let unserved = self.unserved.lock().unwrap_or_else(PoisonError::into_inner);
+        unserved.values().map(|queue| queue.len()).sum()
+    }
+
+    fn take(&self, spec: &ModelSpec, request: &ChatRequest) -> Option<ChatResponse> {
+        let hash = CanonicalRequest::new(spec.provider, &spec.model, request).hash();
+        let response = {
+            let mut unserved = self.unserved.lock().unwrap_or_else(PoisonError::into_inner);
+            unserved.get_mut(&hash)?.pop_front()?
+        };
+        tracing::debug!(hash = %hash, "answered from the run's recording");
+        Some(ChatResponse {
+            cost: self.prices.cost(
+                &[spec.model.as_str(), response.model.as_str()],
+                response.usage.as_ref(),
+            ),
+            text: response.text,
+            finish: response.finish,
+            usage: response.usage,
+            latency: std::time::Duration::ZERO,
+            model: response.model,
+            request_hash: hash,
+            attempts: 1,
+        })
+    }
+
+    fn record(
+        &self,
+        spec: &ModelSpec,
+        request: &ChatRequest,
+        response: &ChatResponse,
+    ) -> Result<(), LlmError> {
+        let canonical = CanonicalRequest::new(spec.provider, &spec.model, request);
+        self.recorder.record(&RecordedExchange {
+            request_hash: canonical.hash(),
+            request: canonical,
+            response: RecordedResponse {
+                text: response.text.clone(),
+                finish: response.finish.clone(),
+                usage: response.usage,
+                model: response.model.clone(),
+                latency_ms: u64::try_from(response.latency.as_millis()).unwrap_or(u64::MAX),
+            },
+        })
+    }
+}
+
+/// A client of a run: a request the run's recording already answers is served from it; anything
+/// else goes to `inner` and is recorded before it is returned.
+pub struct RecordingClient {
+    inner: Arc<dyn LlmClient>,
+    recording: Arc<RunRecording>,
+}
+
+impl RecordingClient {
+    pub fn new(inner: Arc<dyn LlmClient>, recording: Arc<RunRecording>) -> RecordingClient {
+        RecordingClient { inner, recording }
+    }
+}
+
+impl LlmClient for RecordingClient {
+    fn complete<'a>(&'a self, request: &'a ChatRequest) -> LlmFuture<'a> {
+        Box::pin(async move {
+            let spec = self.inner.spec();
+            if let Some(response) = self.recording.take(spec, request) {
+                return Ok(response);
+            }
+            let response = self.inner.complete(request).await?;
+            self.recording.record(spec, request, &response)?;
+            Ok(response)
+        })
+    }
+
+    fn spec(&self) -> &ModelSpec {
+        self.inner.spec()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,6 +485,65 @@ mod tests {
             message.contains("differs from every recorded one"),
             "{message}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_resumed_run_never_pays_twice_for_a_recorded_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("llm.jsonl");
+        let spec = ModelSpec::parse("openai:gpt-4o").unwrap();
+        let scripted = |texts: &[&str]| {
+            Arc::new(crate::llm::ScriptedClient::new(
+                spec.clone(),
+                texts.iter().map(|t| {
+                    Ok(crate::llm::ScriptedReply::text(*t).with_usage(Usage {
+                        input_tokens: 1000,
+                        output_tokens: 100,
+                        ..Usage::default()
+                    }))
+                }),
+            ))
+        };
+        // The first run makes two calls, then is killed mid-write of a third line.
+        let first_live = scripted(&["one", "two"]);
+        let recording = Arc::new(RunRecording::open(&path, PriceTable::shipped()).unwrap());
+        let client = RecordingClient::new(first_live.clone(), recording);
+        assert_eq!(client.complete(&request("p")).await.unwrap().text, "one");
+        assert_eq!(client.complete(&request("q")).await.unwrap().text, "two");
+        drop(client);
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"request_hash\": \"ab")
+            .unwrap();
+
+        // The resumed run asks p, q and p again: only the second p is new.
+        let resumed_live = scripted(&["three"]);
+        let recording = Arc::new(RunRecording::open(&path, PriceTable::shipped()).unwrap());
+        assert_eq!(recording.unserved(), 2);
+        let client = RecordingClient::new(resumed_live.clone(), recording.clone());
+        let p = client.complete(&request("p")).await.unwrap();
+        assert_eq!(p.text, "one");
+        assert!(p.cost.usd().is_some_and(|c| c > 0.0), "{:?}", p.cost);
+        assert_eq!(client.complete(&request("q")).await.unwrap().text, "two");
+        assert_eq!(client.complete(&request("p")).await.unwrap().text, "three");
+        assert_eq!(resumed_live.requests().len(), 1);
+        assert_eq!(recording.unserved(), 0);
+        // Another model asking the same prompt is not answered from this model's record.
+        let other = Arc::new(crate::llm::ScriptedClient::replying(
+            ModelSpec::parse("anthropic:claude-haiku-4-5").unwrap(),
+            ["fresh"],
+        ));
+        let recording = Arc::new(RunRecording::open(&path, PriceTable::shipped()).unwrap());
+        let client = RecordingClient::new(other, recording);
+        assert_eq!(client.complete(&request("q")).await.unwrap().text, "fresh");
+        // The torn line was cut off and every line is whole JSON.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4, "{text}");
+        for line in text.lines() {
+            serde_json::from_str::<RecordedExchange>(line).unwrap();
+        }
     }
 
     #[test]
