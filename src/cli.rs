@@ -43,8 +43,16 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// The quick start: checks this machine and shows what kforge can do on it.
-    Demo,
+    /// The quick start: a real tuning session on a bundled problem (scripted replies when no
+    /// models are configured; compile-only without a GPU).
+    Demo {
+        /// Where the run directory goes (default ./kforge-runs).
+        #[arg(long, value_name = "DIR")]
+        runs: Option<std::path::PathBuf>,
+    },
+    /// Tune a kernel: the Coder and the Judge expand a tree search over kernel variants, every
+    /// candidate compiled, verified, timed and profiled here.
+    Run(Box<RunArgs>),
     /// Talk to the configured LLM endpoints
     Llm {
         #[command(subcommand)]
@@ -113,6 +121,91 @@ struct EvalArgs {
     /// files); the Judge's view goes into the result. The verdict does not depend on it.
     #[arg(long, value_name = "SECTIONS", num_args = 0..=1, default_missing_value = "default")]
     profile: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// A problem bundle (folder or name under <home>/bundles) or a KernelBench-format
+    /// problem.py (imported first).
+    #[arg(required_unless_present = "resume")]
+    problem: Option<String>,
+    /// Continue a killed or finished run from its folder (budget flags raise its limits).
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "problem")]
+    resume: Option<std::path::PathBuf>,
+    /// The Coder's model, `provider:model` (default llm.coder).
+    #[arg(long, value_name = "MODEL")]
+    coder: Option<String>,
+    /// The Judge's model (default llm.judge).
+    #[arg(long, value_name = "MODEL")]
+    judge: Option<String>,
+    /// Serve hand-written replies from a scripted session folder instead of models
+    /// (see demo/softmax_rows/session.toml).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["coder", "judge"])]
+    scripted: Option<std::path::PathBuf>,
+    /// Candidate kernels to evaluate at most.
+    #[arg(long)]
+    max_nodes: Option<u32>,
+    /// Dollars the models may cost at most (list prices; held exactly, per call).
+    #[arg(long)]
+    max_dollars: Option<f64>,
+    /// Tokens (in + out) the models may use at most (held exactly, per call).
+    #[arg(long)]
+    max_tokens: Option<u64>,
+    /// Wall time at most; no expansion starts that could end past it.
+    #[arg(long)]
+    max_minutes: Option<f64>,
+    /// Expansions in flight at once (their LLM calls overlap; the GPU runs one at a time).
+    #[arg(long)]
+    parallel: Option<u32>,
+    /// Stop once a correct kernel reaches this fraction of the speed-of-light floor (default 0.9).
+    #[arg(long, conflicts_with = "no_early_stop")]
+    stop_at_sol: Option<f64>,
+    /// Never stop early near the speed of light.
+    #[arg(long)]
+    no_early_stop: bool,
+    /// Selection rule: puct (Judge-ranked priors), uct, or linear (a Coder→Judge chain).
+    #[arg(long, value_name = "POLICY")]
+    policy: Option<String>,
+    /// Repair attempts a failed kernel gets before its branch is dead.
+    #[arg(long)]
+    max_repairs: Option<u32>,
+    /// Seed of the search's tie-breaks.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Where run folders go.
+    #[arg(long, value_name = "DIR", default_value = "kforge-runs")]
+    runs: std::path::PathBuf,
+    /// This run's folder name (default <problem>-<date>-<time>).
+    #[arg(long)]
+    name: Option<String>,
+    /// ncu metric sections for correct kernels (`default`, `fast`, a folder).
+    #[arg(long, default_value = "default", conflicts_with = "no_profile")]
+    sections: String,
+    /// Do not profile (the Judge then reads timings only).
+    #[arg(long)]
+    no_profile: bool,
+    /// Correctness trials per candidate (at least 5).
+    #[arg(long)]
+    trials: Option<u32>,
+    /// Seconds without progress in one evaluation stage before a candidate counts as hung.
+    #[arg(long, default_value_t = 30)]
+    stage_timeout: u64,
+    /// A folder of prompt templates overriding the shipped ones, file by file.
+    #[arg(long, value_name = "DIR")]
+    prompts: Option<std::path::PathBuf>,
+    /// Size overrides when importing a problem.py, e.g. --size batch_size=16.
+    #[arg(long = "size", value_name = "NAME=VALUE", value_parser = parse_size)]
+    sizes: Vec<(String, String)>,
+    /// One line per finished node instead of a progress bar.
+    #[arg(long)]
+    lines: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(text: &str) -> Result<(String, String), String> {
+    crate::problem::import::parse_size(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -236,7 +329,45 @@ async fn dispatch(command: Command, resolved: &Resolved) -> anyhow::Result<ExitC
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo => demo(resolved).await,
+        Command::Demo { runs } => demo(resolved, runs).await,
+        Command::Run(args) => {
+            let args = *args;
+            if args.trials.is_some_and(|t| t < 5) {
+                anyhow::bail!("the protocol needs at least 5 trials");
+            }
+            let request = crate::run::command::RunRequest {
+                target: args.problem,
+                resume: args.resume,
+                coder: args.coder,
+                judge: args.judge,
+                session: args.scripted,
+                budget: crate::run::command::BudgetFlags {
+                    max_nodes: args.max_nodes,
+                    max_dollars: args.max_dollars,
+                    max_tokens: args.max_tokens,
+                    max_minutes: args.max_minutes,
+                    parallel: args.parallel,
+                    stop_at_sol: if args.no_early_stop {
+                        Some(None)
+                    } else {
+                        args.stop_at_sol.map(Some)
+                    },
+                },
+                seed: args.seed,
+                policy: args.policy,
+                max_repairs: args.max_repairs,
+                runs_dir: Some(args.runs),
+                name: args.name,
+                profile_sections: (!args.no_profile).then_some(args.sections),
+                trials: args.trials,
+                stage_timeout: std::time::Duration::from_secs(args.stage_timeout),
+                prompts: args.prompts,
+                sizes: args.sizes,
+                json: args.json,
+                progress: args.lines.then_some(crate::run::progress::Style::Lines),
+            };
+            crate::run::command::run(&resolved.settings, request).await
+        }
         Command::Llm { command } => crate::llm::cli::run(command, &resolved.settings).await,
         Command::Import(args) => crate::problem::cli::run(args, &resolved.settings).await,
         Command::Eval(args) => {
@@ -299,9 +430,9 @@ async fn dispatch(command: Command, resolved: &Resolved) -> anyhow::Result<ExitC
     }
 }
 
-/// The README's first command lands here: report what this machine can do, and succeed when it
-/// can at least compile kernels (a machine without a GPU runs kforge compile-only).
-async fn demo(resolved: &Resolved) -> anyhow::Result<ExitCode> {
+/// The README's first command lands here: check what this machine can do, then run a real tuning
+/// session on a bundled problem (compile-only on a machine without a GPU).
+async fn demo(resolved: &Resolved, runs: Option<std::path::PathBuf>) -> anyhow::Result<ExitCode> {
     let report = doctor::run(&resolved.settings, vec![Capability::Compile]).await;
     print!("{}", report.render());
     if !report.has(Capability::Compile) {
@@ -310,13 +441,6 @@ async fn demo(resolved: &Resolved) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(1));
     }
-    if report.has(Capability::Run) {
-        println!("\nThis machine can compile, verify and time kernels on its GPU.");
-    } else {
-        println!(
-            "\nNo usable GPU here: kforge runs compile-only on this machine (nvcc builds and ptxas \
-             reports); verification, timing and profiling need a GPU."
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    println!();
+    crate::run::command::demo(&resolved.settings, runs).await
 }

@@ -15,6 +15,7 @@ pub mod nvcc;
 pub mod paths;
 pub mod problem;
 pub mod proc;
+pub mod run;
 pub mod search;
 pub mod store;
 pub mod tools;
