@@ -3,7 +3,7 @@
 # on the build host at target/release/kforge (carry it). Logs go to $OUT (default
 # ./gpu-check-out); a short table is printed last.
 #
-#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [evalprofile] [profile]
+#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [evalprofile] [run] [profile]
 # With no arguments everything runs.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +18,7 @@ export KFORGE_HOME=${KFORGE_HOME:-/tmp/kforge-home}
 export PYTHONUNBUFFERED=1
 bin=$repo/target/release/kforge
 bundles=$KFORGE_HOME/bundles
-steps=${*:-doctor import catalog speed repro export evalprofile profile}
+steps=${*:-doctor import catalog speed repro export evalprofile run profile}
 rows=()
 now() { date +%s.%N; }
 elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
@@ -106,6 +106,23 @@ if has evalprofile; then
     >"$out/eval-profile.txt" 2>&1; rc=$?
   got=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); n=d.get('ncu') or {}; print(d['status'], '|', (n.get('judge_view') or 'not profiled: %s' % n.get('reason'))[:80].replace(chr(10),' '))" "$out/eval-profile.json" 2>/dev/null || echo "no-result |")
   row "eval --profile gelu_correct" "rc=$rc" "$got"
+fi
+
+# A real tuning session: the scripted demo on the full-size problem through compile, verify,
+# time and profile (kforge demo imports softmax_rows with baselines first).
+if has run; then
+  t0=$(now)
+  "$bin" demo --runs "$out/runs" >"$out/run.txt" 2>&1; rc=$?
+  t1=$(now)
+  tail -n 16 "$out/run.txt"
+  rundir=$(ls -d "$out"/runs/*/ 2>/dev/null | head -1)
+  if [ -n "$rundir" ]; then
+    python3 scripts/check_run.py "$rundir" >"$out/run-check.txt" 2>&1; crc=$?
+    cat "$out/run-check.txt"
+    row "demo run (scripted, GPU)" "rc=$rc check=$crc" "$(elapsed "$t0" "$t1") s $(grep -m1 '^best' "$out/run.txt" | cut -c13-90)"
+  else
+    row "demo run (scripted, GPU)" "rc=$rc" "no run directory; see run.txt"
+  fi
 fi
 
 # Profiles: every correct candidate of the catalog and every bundled reference.

@@ -18,6 +18,27 @@ pub fn display(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// `text` with every spelled-out home folder (`/home/me/...`) written as `~/...`: for documents
+/// that quote paths (a result's nvcc command line, a library's location) before they are kept.
+pub fn scrub(text: &str) -> String {
+    match dirs::home_dir() {
+        Some(home) if home.as_os_str().len() > 1 => {
+            let home = home.to_string_lossy();
+            let home = home.trim_end_matches('/');
+            text.replace(&format!("{home}/"), "~/")
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// The inverse of [`display`]: a leading `~/` is the home folder again.
+pub fn expand(path: &Path) -> std::path::PathBuf {
+    match (path.strip_prefix("~"), dirs::home_dir()) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,5 +51,12 @@ mod tests {
             display(Path::new("/usr/local/cuda/bin/nvcc")),
             "/usr/local/cuda/bin/nvcc"
         );
+        let text = format!("nvcc -I{0}/x -L{0}/y", home.display());
+        assert_eq!(scrub(&text), "nvcc -I~/x -L~/y");
+        assert_eq!(
+            expand(Path::new(&display(&home.join("a/b")))),
+            home.join("a/b")
+        );
+        assert_eq!(expand(Path::new("/tmp/a")), Path::new("/tmp/a"));
     }
 }

@@ -148,7 +148,23 @@ fn budgets_hold_exactly_under_many_seeds() {
                 // Jobs still in flight when the limit hit may fail too.
                 assert!(abandoned as u32 >= budget.max_abandoned);
             }
-            DoneReason::NearSpeedOfLight | DoneReason::Exhausted => {
+            DoneReason::Exhausted => {
+                // The tree runs dry only where nodes were left alone after their expansions
+                // kept failing before evaluation.
+                let left_alone = search.tree().nodes().iter().any(|node| {
+                    search
+                        .tree()
+                        .children(node.id)
+                        .filter(|c| matches!(c.state, kforge::search::NodeState::Abandoned { .. }))
+                        .count()
+                        >= kforge::search::MAX_ABANDONED_PER_NODE
+                });
+                assert!(
+                    left_alone,
+                    "seed {seed}: exhausted with every node still open"
+                );
+            }
+            DoneReason::NearSpeedOfLight => {
                 panic!("seed {seed}: unexpected {reason:?}")
             }
         }

@@ -63,6 +63,8 @@ fn needs_repair(tree: &Tree, node: &Node, max_repairs: u32) -> bool {
     node.state == NodeState::Failed
         && node.repair_attempt() < max_repairs
         && tree.children(node.id).all(abandoned)
+        && tree.children(node.id).filter(|c| abandoned(c)).count()
+            < kforge::search::MAX_ABANDONED_PER_NODE
 }
 
 #[test]
@@ -439,4 +441,72 @@ fn misuse_is_refused() {
     assert!(search.apply(&optimize(0, 9, None)).is_err());
     assert!(search.apply(&optimize(0, 2, Some((5, "nope")))).is_err());
     assert_eq!(search.tree().nodes().len(), 2);
+}
+
+#[test]
+fn a_node_whose_expansions_keep_failing_before_evaluation_is_left_alone() {
+    let failed = |reason: &str| Outcome {
+        evaluation: Evaluation::Failed {
+            reason: reason.into(),
+        },
+        cost: Spend::ZERO,
+    };
+    for policy in policies() {
+        let mut search = Search::new(config(policy, 50, 3), 3).unwrap();
+        // One correct kernel from the reference, whose every expansion then fails before
+        // evaluation: after three it is left alone, and the reference is asked again.
+        let NextJob::Expand(first) = search.next_job(Duration::ZERO) else {
+            panic!("{policy:?}")
+        };
+        search
+            .prescribe(first.child, prescriptions(&["a", "b", "c", "d", "e"]))
+            .unwrap();
+        search.complete(first.child, correct(1.5)).unwrap();
+        let mut from_kernel = 0;
+        for _ in 0..12 {
+            let NextJob::Expand(job) = search.next_job(Duration::ZERO) else {
+                break;
+            };
+            if job.parent == first.child {
+                from_kernel += 1;
+                search
+                    .abandon(job.child, "unusable reply".into(), Spend::ZERO)
+                    .unwrap();
+            } else {
+                assert_eq!(job.parent, NodeId::ROOT, "{policy:?}");
+                search
+                    .abandon(job.child, "unusable reply".into(), Spend::ZERO)
+                    .unwrap();
+            }
+        }
+        assert_eq!(
+            from_kernel,
+            kforge::search::MAX_ABANDONED_PER_NODE,
+            "{policy:?}"
+        );
+    }
+    // A failed kernel whose repairs keep failing before evaluation is not asked forever.
+    let mut search = Search::new(config(Policy::Uct { exploration: 0.5 }, 50, 5), 3).unwrap();
+    let NextJob::Expand(first) = search.next_job(Duration::ZERO) else {
+        panic!()
+    };
+    search
+        .prescribe(first.child, prescriptions(&["a"]))
+        .unwrap();
+    search
+        .complete(first.child, failed("compile error"))
+        .unwrap();
+    let mut repairs = 0;
+    for _ in 0..12 {
+        let NextJob::Expand(job) = search.next_job(Duration::ZERO) else {
+            break;
+        };
+        if matches!(job.kind, JobKind::Repair { .. }) {
+            repairs += 1;
+        }
+        search
+            .abandon(job.child, "unusable reply".into(), Spend::ZERO)
+            .unwrap();
+    }
+    assert_eq!(repairs, kforge::search::MAX_ABANDONED_PER_NODE);
 }

@@ -271,16 +271,6 @@ async fn start(
     request: &RunRequest,
     bundle: Option<ProblemBundle>,
 ) -> anyhow::Result<Summary> {
-    let bundle = match bundle {
-        Some(bundle) => bundle,
-        None => {
-            let target = request
-                .target
-                .as_deref()
-                .context("name a bundle or a problem.py to tune (or --resume DIR)")?;
-            bundle_for(settings, target, &request.sizes, None).await?
-        }
-    };
     let mut config = SearchConfig::default();
     request.budget.apply(&mut config.budget)?;
     if let Some(policy) = &request.policy {
@@ -289,13 +279,17 @@ async fn start(
     if let Some(repairs) = request.max_repairs {
         config.max_repairs = repairs;
     }
+    // Refuse nonsense settings before anything is imported or created.
+    crate::search::Search::new(config.clone(), request.seed)?;
     let (models, coder_sampling, judge_sampling, session): (Arc<dyn Models>, _, _, _) =
         match &request.session {
             Some(folder) => (
                 Arc::new(ScriptedSession::load(folder)?),
                 Sampling::default(),
                 Sampling::default(),
-                Some(std::path::absolute(folder)?),
+                Some(PathBuf::from(crate::paths::display(&std::path::absolute(
+                    folder,
+                )?))),
             ),
             None => {
                 let (live, coder, judge) = live_models(settings, request)?;
@@ -307,6 +301,16 @@ async fn start(
                 )
             }
         };
+    let bundle = match bundle {
+        Some(bundle) => bundle,
+        None => {
+            let target = request
+                .target
+                .as_deref()
+                .context("name a bundle or a problem.py to tune (or --resume DIR)")?;
+            bundle_for(settings, target, &request.sizes, None).await?
+        }
+    };
     let options = ProtocolOptions {
         trials: request.trials.unwrap_or(settings.eval.trials),
         ..ProtocolOptions::default()
@@ -323,7 +327,7 @@ async fn start(
     let header = RunHeader {
         kforge_version: env!("CARGO_PKG_VERSION").into(),
         problem: bundle.spec.name.clone(),
-        bundle: std::path::absolute(&bundle.dir)?,
+        bundle: PathBuf::from(crate::paths::display(&std::path::absolute(&bundle.dir)?)),
         coder: models.name(Agent::Coder),
         judge: models.name(Agent::Judge),
         coder_sampling,
@@ -417,14 +421,14 @@ async fn resume(settings: &Settings, request: &RunRequest, dir: &Path) -> anyhow
     if let Some(budget) = &raised {
         header.config.budget = budget.clone();
     }
-    let bundle = ProblemBundle::load(&header.bundle).with_context(|| {
+    let bundle = ProblemBundle::load(&crate::paths::expand(&header.bundle)).with_context(|| {
         format!(
             "the run's bundle {} is gone; import the problem there again to resume",
             crate::paths::display(&header.bundle)
         )
     })?;
     let models: Arc<dyn Models> = match &header.session {
-        Some(folder) => Arc::new(ScriptedSession::load(folder)?),
+        Some(folder) => Arc::new(ScriptedSession::load(&crate::paths::expand(folder))?),
         None => {
             let replay = RunRequest {
                 coder: Some(header.coder.clone()),

@@ -318,7 +318,15 @@ async fn go(
                 torn_bytes: *torn_bytes,
                 budget: Some(header.config.budget.clone()),
             })?;
-            (search, phase_of(events))
+            // A run that had finished (or stopped with nothing in flight) hands out jobs again:
+            // the same budget says done at once, a raised one goes on.
+            let phase = match phase_of(events) {
+                Phase::WaitOldest if search.in_flight().is_empty() => {
+                    Phase::Refill { continuing: false }
+                }
+                phase => phase,
+            };
+            (search, phase)
         }
     };
     let carried = resumed

@@ -30,7 +30,7 @@ use crate::store::{StoreError, write_atomic};
 pub struct RunHeader {
     pub kforge_version: String,
     pub problem: String,
-    /// The bundle folder the run evaluates against.
+    /// The bundle folder the run evaluates against (a home folder written `~`).
     pub bundle: PathBuf,
     pub coder: String,
     pub judge: String,
@@ -114,10 +114,12 @@ pub fn write(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> Result<(), S
     write_atomic(&dir.join(name), contents.as_ref())
 }
 
+/// Writes `value` as JSON with home folders written as `~` (a result quotes nvcc's command line
+/// and the library's path; the run directory does not say where this machine keeps things).
 pub fn write_json<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), StoreError> {
     // Every record type serializes (no maps with non-string keys, no failing impls).
-    let text = serde_json::to_vec_pretty(value).unwrap_or_default();
-    write(dir, name, text)
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    write(dir, name, crate::paths::scrub(&text))
 }
 
 /// The prompts and replies of one expansion's calls, numbered on from `first`.
@@ -149,7 +151,7 @@ pub fn write_exchanges(
         write(
             &dir.join("llm"),
             &format!("{agent}-{}.md", first + offset),
-            text,
+            crate::paths::scrub(&text),
         )?;
     }
     Ok(())

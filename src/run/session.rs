@@ -7,6 +7,7 @@
 //! cpu_sizes = ["batch_size=64", "dim=4096"]     # the import's sizes where there is no GPU
 //! [[judge]]                                      # the Judge's reply when it reads this node
 //! node = "reference"                             # or a kernel id
+//! mode = "optimize"                              # or "repair" (for a kernel found wrong)
 //! reply = "judge/reference.json"
 //! [[coder]]                                      # the Coder's reply for one edge
 //! parent = "reference"
@@ -30,6 +31,14 @@ use crate::llm::{Agent, LlmClient, LlmError, ModelSpec, ProviderKind};
 
 const REFERENCE: &str = "reference";
 
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum JudgeMode {
+    #[default]
+    Optimize,
+    Repair,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SessionFile {
@@ -46,6 +55,10 @@ struct SessionFile {
 #[serde(deny_unknown_fields)]
 struct JudgeEntry {
     node: String,
+    /// `optimize` (the default) or `repair`: the verdict for a correct or built node, or for
+    /// one the evaluator found wrong.
+    #[serde(default)]
+    mode: JudgeMode,
     reply: PathBuf,
 }
 
@@ -78,8 +91,8 @@ pub struct ScriptedSession {
     pub cpu_sizes: Vec<(String, String)>,
     /// Kernel id → code (trimmed), for recognising nodes.
     kernels: BTreeMap<String, String>,
-    /// Node id → the Judge's reply text.
-    judge: BTreeMap<String, String>,
+    /// (node id, mode) → the Judge's reply text.
+    judge: BTreeMap<(String, JudgeMode), String>,
     /// (parent, step) → the Coder's reply text.
     coder: BTreeMap<(String, EdgeKey), String>,
     spec: ModelSpec,
@@ -156,7 +169,13 @@ impl ScriptedSession {
                     entry.node
                 )));
             }
-            judge.insert(entry.node.clone(), read(&entry.reply)?);
+            let key = (entry.node.clone(), entry.mode);
+            if judge.insert(key, read(&entry.reply)?).is_some() {
+                return Err(fail(format!(
+                    "two {:?} judge entries for {}",
+                    entry.mode, entry.node
+                )));
+            }
         }
         for (parent, _) in coder.keys() {
             if parent != REFERENCE && !kernels.contains_key(parent) {
@@ -166,8 +185,8 @@ impl ScriptedSession {
             }
         }
         for node in std::iter::once(REFERENCE).chain(kernels.keys().map(String::as_str)) {
-            if !judge.contains_key(node) {
-                return Err(fail(format!("no judge entry for {node}")));
+            if !judge.contains_key(&(node.to_string(), JudgeMode::Optimize)) {
+                return Err(fail(format!("no optimize judge entry for {node}")));
             }
         }
         Ok(ScriptedSession {
@@ -211,12 +230,17 @@ impl ScriptedSession {
 impl Models for ScriptedSession {
     fn client(&self, agent: Agent, site: &CallSite<'_>) -> Result<Arc<dyn LlmClient>, LlmError> {
         let text = match (agent, site) {
-            (Agent::Judge, CallSite::Judge { node, .. }) => {
+            (Agent::Judge, CallSite::Judge { node, repair }) => {
                 let id = self.node_id(node)?;
+                let mode = if *repair {
+                    JudgeMode::Repair
+                } else {
+                    JudgeMode::Optimize
+                };
                 self.judge
-                    .get(id)
+                    .get(&(id.to_string(), mode))
                     .cloned()
-                    .ok_or_else(|| self.miss(format!("the Judge on {id}")))?
+                    .ok_or_else(|| self.miss(format!("the Judge on {id} ({mode:?} mode)")))?
             }
             (Agent::Coder, CallSite::Coder { parent, step }) => {
                 let id = self.node_id(parent)?;
@@ -240,9 +264,9 @@ impl Models for ScriptedSession {
 
     fn scripted_label(&self) -> Option<String> {
         Some(format!(
-            "scripted demo: the Coder's and the Judge's replies are hand-written ({}); no model \
-             is called",
-            crate::paths::display(&self.folder)
+            "scripted demo: the Coder's and the Judge's replies are hand-written (session \
+             {}); no model is called",
+            self.problem
         ))
     }
 }
@@ -265,10 +289,12 @@ mod tests {
         write(d, "kernels/b.cu", "// b\n");
         write(d, "judge/reference.json", "{\"ref\": 1}");
         write(d, "judge/a.json", "{\"a\": 1}");
+        write(d, "judge/a-repair.json", "{\"a\": \"repair\"}");
         write(d, "judge/b.json", "{\"b\": 1}");
         let toml = "problem = \"p\"\ncpu_sizes = [\"n=4\"]\n\
             [[judge]]\nnode = \"reference\"\nreply = \"judge/reference.json\"\n\
             [[judge]]\nnode = \"a\"\nreply = \"judge/a.json\"\n\
+            [[judge]]\nnode = \"a\"\nmode = \"repair\"\nreply = \"judge/a-repair.json\"\n\
             [[judge]]\nnode = \"b\"\nreply = \"judge/b.json\"\n\
             [[coder]]\nparent = \"reference\"\nprescription = 1\nkernel = \"a\"\nnote = \"First.\"\n\
             [[coder]]\nparent = \"a\"\nrepair = true\nkernel = \"b\"\n";
@@ -294,7 +320,7 @@ mod tests {
                 repair: true,
             },
         );
-        assert_eq!(judged.unwrap(), "{\"a\": 1}");
+        assert_eq!(judged.unwrap(), "{\"a\": \"repair\"}");
         let coded = reply(
             Agent::Coder,
             CallSite::Coder {
@@ -335,6 +361,6 @@ mod tests {
             &toml.replace("[[judge]]\nnode = \"b\"\nreply = \"judge/b.json\"\n", ""),
         );
         let err = ScriptedSession::load(d).unwrap_err().to_string();
-        assert!(err.contains("no judge entry for b"), "{err}");
+        assert!(err.contains("no optimize judge entry for b"), "{err}");
     }
 }

@@ -35,7 +35,7 @@ pub struct BestKernel {
     pub speedup_vs_compile: Option<f64>,
     pub fraction_of_speed_of_light: Option<f64>,
     pub median_ms: Option<f64>,
-    /// `best/` and what it holds.
+    /// `best/` (in the run directory) and what it holds.
     pub folder: PathBuf,
     pub files: Vec<String>,
 }
@@ -64,6 +64,8 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// Orchestrator time per expansion, in ms (target ≤ 50).
     pub overhead_ms_per_expansion: Option<f64>,
+    /// Where the run is (not written into its own summary.json).
+    #[serde(skip)]
     pub run_dir: PathBuf,
 }
 
@@ -91,8 +93,8 @@ impl Summary {
         let best = search.best().and_then(|node| {
             let result = read_result(root, node.id)?;
             let speedup = result.speedup.as_ref()?;
-            let folder = root.join("best");
-            let mut files: Vec<String> = std::fs::read_dir(&folder)
+            let folder = PathBuf::from("best");
+            let mut files: Vec<String> = std::fs::read_dir(root.join(&folder))
                 .map(|entries| {
                     entries
                         .filter_map(Result::ok)
@@ -213,7 +215,7 @@ impl Summary {
                     "kernel",
                     format!(
                         "{} ({})",
-                        crate::paths::display(&best.folder),
+                        crate::paths::display(&self.run_dir.join(&best.folder)),
                         best.files.join(", ")
                     ),
                 );

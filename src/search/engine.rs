@@ -445,6 +445,7 @@ impl Search {
     fn needs_repair(&self, node: &Node) -> bool {
         node.state == NodeState::Failed
             && node.repair_attempt() < self.config.max_repairs
+            && self.tree.still_worth_asking(node.id)
             && self
                 .tree
                 .children(node.id)

@@ -45,7 +45,10 @@ pub use engine::{
     TriedResult, TriedStrategy,
 };
 pub use policy::{Policy, Reward, Widening};
-pub use tree::{Evaluation, Node, NodeId, NodeKind, NodeState, Prescription, Stats, Tree};
+pub use tree::{
+    Evaluation, MAX_ABANDONED_PER_NODE, Node, NodeId, NodeKind, NodeState, Prescription, Stats,
+    Tree,
+};
 
 /// Everything that shapes a search. Stored with the search state, so a resumed run keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

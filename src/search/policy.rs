@@ -140,7 +140,11 @@ pub(crate) fn select(tree: &Tree, config: &SearchConfig, rng: &mut ChaCha8Rng) -
 fn latest_correct(tree: &Tree) -> Option<NodeId> {
     tree.nodes()
         .iter()
-        .filter(|node| node.is_expandable() && !tree.awaiting_prescriptions(node.id))
+        .filter(|node| {
+            node.is_expandable()
+                && !tree.awaiting_prescriptions(node.id)
+                && tree.still_worth_asking(node.id)
+        })
         .max_by_key(|node| node.completed)
         .map(|node| node.id)
 }
@@ -217,6 +221,7 @@ impl Scorer {
             let index = node.id.index();
             can_widen[index] = node.is_expandable()
                 && !tree.awaiting_prescriptions(node.id)
+                && tree.still_worth_asking(node.id)
                 && tree.live_children(node.id) < self.widening.max_children(node.stats.visits);
             let child_open = node.children.iter().any(|child| open[child.index()]);
             open[index] = match node.state {

@@ -184,6 +184,9 @@ impl Node {
     }
 }
 
+/// Expansions of one node that may fail before evaluation before it is no longer expanded.
+pub const MAX_ABANDONED_PER_NODE: usize = 3;
+
 /// The nodes, indexed by id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tree {
@@ -279,6 +282,22 @@ impl Tree {
 
     /// Whether a child of `id` is waiting for the Judge's prescriptions; while one is, another
     /// optimization of `id` would only ask the Judge the same question again.
+    /// Expansions of `id` that failed before evaluation (LLM errors, unusable replies).
+    pub(crate) fn abandoned_children(&self, id: NodeId) -> usize {
+        self.children(id)
+            .filter(|child| matches!(child.state, NodeState::Abandoned { .. }))
+            .count()
+    }
+
+    /// Whether `id` may still be expanded: a kernel whose expansions keep failing before
+    /// evaluation (a reply the models cannot get right for it) is left alone, so one bad node
+    /// cannot use up the run's tolerance for failures. The reference is always worth asking
+    /// about: without it there is no run, and the run's own limit on failures
+    /// ([`crate::search::Budget::max_abandoned`]) ends a run whose every call fails.
+    pub(crate) fn still_worth_asking(&self, id: NodeId) -> bool {
+        id == NodeId::ROOT || self.abandoned_children(id) < MAX_ABANDONED_PER_NODE
+    }
+
     pub(crate) fn awaiting_prescriptions(&self, id: NodeId) -> bool {
         self.children(id).any(|child| {
             child.state == NodeState::InFlight
