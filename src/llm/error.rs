@@ -17,8 +17,8 @@ pub enum LlmError {
     BadModel { text: String, reason: String },
 
     #[error(
-        "no {agent} model is configured: set llm.{agent} (env KFORGE_{upper}) or pass --model, \
-         e.g. openai:o3",
+        "no {agent} model is configured: set llm.{agent} (env KFORGE_{upper}) or pass it on the \
+         command line (`kforge run --{agent} M`, `kforge llm test --model M`), e.g. openai:o3",
         upper = agent.to_ascii_uppercase()
     )]
     NoModel { agent: &'static str },

@@ -688,6 +688,29 @@ fn account(
     Ok(())
 }
 
+/// Awaits one agent step, timing it and accounting for its calls whether it worked or not.
+#[allow(clippy::too_many_arguments)]
+async fn agent_step<T>(
+    shared: &Shared,
+    tx: &mpsc::UnboundedSender<JobMsg>,
+    child: NodeId,
+    agent: Agent,
+    client: &dyn LlmClient,
+    spent: &mut Spend,
+    times: &mut JobTimes,
+    step: impl std::future::Future<Output = Result<crate::agents::Answer<T>, crate::agents::AgentError>>,
+) -> Result<T, String> {
+    let asked = Instant::now();
+    let answer = step.await;
+    times.llm += asked.elapsed();
+    let exchanges = match &answer {
+        Ok(answer) => &answer.exchanges,
+        Err(error) => error.exchanges(),
+    };
+    account(shared, tx, child, agent, client, exchanges, spent)?;
+    answer.map(|answer| answer.value).map_err(|e| e.to_string())
+}
+
 async fn expand(
     shared: &Shared,
     job: &Job,
@@ -741,30 +764,23 @@ async fn expand(
                 },
                 (true, None) => return Err("the reference cannot be repaired".into()),
             };
-            let asked = Instant::now();
-            let answer = ask_judge(
-                client.as_ref(),
-                &shared.prompts,
-                &run,
-                &task,
-                &shared.judge_sampling,
-            )
-            .await;
-            times.llm += asked.elapsed();
-            let exchanges = match &answer {
-                Ok(answer) => &answer.exchanges,
-                Err(error) => error.exchanges(),
-            };
-            account(
+            let verdict = agent_step(
                 shared,
                 tx,
                 job.child,
                 Agent::Judge,
                 client.as_ref(),
-                exchanges,
                 spent,
-            )?;
-            let verdict = answer.map_err(|e| e.to_string())?.value;
+                times,
+                ask_judge(
+                    client.as_ref(),
+                    &shared.prompts,
+                    &run,
+                    &task,
+                    &shared.judge_sampling,
+                ),
+            )
+            .await?;
             records::write_json(&dir, "judge.json", &verdict).map_err(|e| e.to_string())?;
             let (reply, answer) = oneshot::channel();
             let waiting = Instant::now();
@@ -815,30 +831,23 @@ async fn expand(
         },
         (true, None) => return Err("the reference cannot be repaired".into()),
     };
-    let asked = Instant::now();
-    let answer = ask_coder(
-        client.as_ref(),
-        &shared.prompts,
-        &run,
-        &task,
-        &shared.coder_sampling,
-    )
-    .await;
-    times.llm += asked.elapsed();
-    let exchanges = match &answer {
-        Ok(answer) => &answer.exchanges,
-        Err(error) => error.exchanges(),
-    };
-    account(
+    let code = agent_step(
         shared,
         tx,
         job.child,
         Agent::Coder,
         client.as_ref(),
-        exchanges,
         spent,
-    )?;
-    let code = answer.map_err(|e| e.to_string())?.value;
+        times,
+        ask_coder(
+            client.as_ref(),
+            &shared.prompts,
+            &run,
+            &task,
+            &shared.coder_sampling,
+        ),
+    )
+    .await?;
 
     let evaluating = Instant::now();
     let result = evaluate_node(shared, &dir, &code).await?;
