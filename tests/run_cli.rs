@@ -190,3 +190,163 @@ fn bad_runs_say_what_to_do() {
         "unknown --policy greedy",
     );
 }
+
+/// Answers like OpenAI's Chat Completions: the Judge's JSON or the Coder's kernel, by prompt.
+struct FakeOpenAi {
+    kernel: String,
+}
+
+impl wiremock::Respond for FakeOpenAi {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        let prompt = body["messages"].to_string();
+        let text = if prompt.contains("critical_issue") {
+            r#"{"critical_issue": "the tail is skipped", "fix": "bound the loop by cols"}"#
+                .to_string()
+        } else if prompt.contains("prescriptions") {
+            r#"{"bottleneck": {"diagnosis": "not measured here", "evidence": [{"metric": "evaluation", "value": "compile-only"}]},
+                "prescriptions": [{"rank": 1, "edit": "load float4", "rationale": "fewer loads", "prediction": "time -20%"},
+                                  {"rank": 2, "edit": "one warp per row", "rationale": "less sync", "prediction": "time -10%"}]}"#
+                .to_string()
+        } else {
+            format!("Here it is.\n\n```cuda\n{}```\n", self.kernel)
+        };
+        wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-2024-08-06",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500}
+        }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_run_pays_for_each_call_once_and_keeps_no_key() {
+    if has_gpu() {
+        eprintln!("SKIP (a GPU is present): this test pins compile-only runs");
+        return;
+    }
+    let server = wiremock::MockServer::start().await;
+    let kernel =
+        std::fs::read_to_string("tests/fixtures/candidates/softmax_rows_correct.cu").unwrap();
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/chat/completions"))
+        .respond_with(FakeOpenAi { kernel })
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let base_url = format!("{}/v1", server.uri());
+    let root = dir.path().to_path_buf();
+    let run = move |args: Vec<String>| {
+        let root = root.clone();
+        let base_url = base_url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut command = kforge(&root);
+            command
+                .env("OPENAI_API_KEY", "sk-test-secret-4242")
+                .env("OPENAI_BASE_URL", &base_url)
+                .args(&args);
+            command.output().unwrap()
+        })
+    };
+    let out = run(vec![
+        "import".into(),
+        "kernelbench/problems/softmax_rows.py".into(),
+        "--size".into(),
+        "batch_size=4".into(),
+        "--size".into(),
+        "dim=512".into(),
+        "--out".into(),
+        dir.path().join("bundles").to_string_lossy().into_owned(),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = dir.path().join("runs");
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(["--lines", "--json"].map(String::from));
+        args
+    };
+    let bundle = dir.path().join("bundles/softmax_rows");
+    let out = run(args(&[
+        bundle.to_str().unwrap(),
+        "--coder",
+        "openai:gpt-4o",
+        "--judge",
+        "openai:gpt-4o",
+        "--max-nodes",
+        "3",
+        "--parallel",
+        "2",
+        "--max-dollars",
+        "5",
+        "--runs",
+        runs.to_str().unwrap(),
+        "--name",
+        "live",
+    ]))
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["nodes"], 3, "{summary}");
+    let served = server.received_requests().await.unwrap().len();
+    let recorded = std::fs::read_to_string(runs.join("live/llm.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(served, recorded, "every call recorded once");
+    assert_eq!(summary["tokens"], 1500 * served as u64, "{summary}");
+    // gpt-4o at list price: 1200 in and 300 out per call.
+    let dollars = summary["dollars"].as_f64().unwrap();
+    assert!(
+        (dollars - served as f64 * (1200.0 * 2.5e-6 + 300.0 * 10e-6)).abs() < 1e-9,
+        "{dollars}"
+    );
+
+    // Raise the budget and resume: only the new node's calls reach the server.
+    let out = run(args(&[
+        "--resume",
+        runs.join("live").to_str().unwrap(),
+        "--max-nodes",
+        "4",
+    ]))
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["nodes"], 4, "{summary}");
+    let served_after = server.received_requests().await.unwrap().len();
+    let recorded = std::fs::read_to_string(runs.join("live/llm.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(served_after, recorded);
+    assert!(
+        served_after > served && served_after <= served + 2,
+        "{served} then {served_after}"
+    );
+    for file in files_under(&runs.join("live")) {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            assert!(
+                !text.contains("sk-test-secret-4242"),
+                "{} holds the key",
+                file.display()
+            );
+        }
+    }
+}

@@ -301,6 +301,10 @@ async fn start(
                 )
             }
         };
+    let session_problem = match &request.session {
+        Some(folder) => Some(ScriptedSession::load(folder)?.problem),
+        None => None,
+    };
     let bundle = match bundle {
         Some(bundle) => bundle,
         None => {
@@ -308,9 +312,18 @@ async fn start(
                 .target
                 .as_deref()
                 .context("name a bundle or a problem.py to tune (or --resume DIR)")?;
+            // A problem file is checked by its name before anything is imported.
+            if let (Some(session), Some(stem)) = (&session_problem, Path::new(target).file_stem())
+                && target.ends_with(".py")
+            {
+                check_session_problem(session, &stem.to_string_lossy())?;
+            }
             bundle_for(settings, target, &request.sizes, None).await?
         }
     };
+    if let Some(session) = &session_problem {
+        check_session_problem(session, &bundle.spec.name)?;
+    }
     let options = ProtocolOptions {
         trials: request.trials.unwrap_or(settings.eval.trials),
         ..ProtocolOptions::default()
@@ -366,6 +379,16 @@ async fn start(
         handle_ctrl_c: true,
     };
     Ok(super::start(setup, dir).await?)
+}
+
+fn check_session_problem(session: &str, problem: &str) -> anyhow::Result<()> {
+    if session != problem {
+        bail!(
+            "the scripted session is written for {session}, not {problem}; its kernels would not \
+             compute this problem"
+        );
+    }
+    Ok(())
 }
 
 fn announce(header: &RunHeader, root: &Path) {
