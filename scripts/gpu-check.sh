@@ -3,7 +3,7 @@
 # on the build host at target/release/kforge (carry it). Logs go to $OUT (default
 # ./gpu-check-out); a short table is printed last.
 #
-#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [evalprofile] [run] [profile]
+#   scripts/gpu-check.sh [doctor] [import] [catalog] [speed] [repro] [export] [evalprofile] [run] [resume] [profile]
 # With no arguments everything runs.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +18,7 @@ export KFORGE_HOME=${KFORGE_HOME:-/tmp/kforge-home}
 export PYTHONUNBUFFERED=1
 bin=$repo/target/release/kforge
 bundles=$KFORGE_HOME/bundles
-steps=${*:-doctor import catalog speed repro export evalprofile run profile}
+steps=${*:-doctor import catalog speed repro export evalprofile run resume profile}
 rows=()
 now() { date +%s.%N; }
 elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
@@ -123,6 +123,24 @@ if has run; then
   else
     row "demo run (scripted, GPU)" "rc=$rc" "no run directory; see run.txt"
   fi
+fi
+
+# Kill a run mid-way (SIGKILL, as a crash would) and resume it: it must end whole and checked.
+# Uses the bundle the run step imported.
+if has resume; then
+  bundle_dir="$KFORGE_HOME/bundles/demo/softmax_rows"
+  "$bin" run "$bundle_dir" --scripted demo/softmax_rows --max-nodes 8 --parallel 2 \
+    --runs "$out/resume-runs" --name killed --lines >"$out/resume-1.txt" 2>&1 &
+  pid=$!
+  sleep "${KILL_AFTER:-20}"
+  kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  before=$(grep -c '^node ' "$out/resume-1.txt")
+  t0=$(now)
+  "$bin" run --resume "$out/resume-runs/killed" --lines >"$out/resume-2.txt" 2>&1; rc=$?
+  t1=$(now)
+  python3 scripts/check_run.py "$out/resume-runs/killed" >"$out/resume-check.txt" 2>&1; crc=$?
+  tail -n 12 "$out/resume-2.txt"
+  row "killed after ${KILL_AFTER:-20}s ($before nodes), resumed" "rc=$rc check=$crc" "$(elapsed "$t0" "$t1") s $(grep -m1 '^nodes' "$out/resume-2.txt" | cut -c13-70)"
 fi
 
 # Profiles: every correct candidate of the catalog and every bundled reference.

@@ -892,7 +892,27 @@ fn start() -> Result<Worker, String> {
 
 /// `kforge worker`: serve requests from stdin until it closes. With `request`, serve that one
 /// request from a file and write the outcome to `result` (profile mode under ncu).
+/// A worker whose parent is gone (a run killed with SIGKILL) must not keep measuring on the GPU
+/// that the resumed run will use: the kernel kills it when its parent dies. (kforge spawns the
+/// worker from a runtime thread that lives as long as the parent process.)
+fn die_with_parent() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    // The parent may have died before the call: then this process was already re-parented.
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } == 1 {
+        std::process::exit(3);
+    }
+}
+
 pub fn main(request: Option<PathBuf>, result: Option<PathBuf>) -> std::process::ExitCode {
+    // Not under ncu (profile mode): there the parent is ncu's launcher, whose forking thread
+    // may end before the profile does, and the death signal follows the thread.
+    if request.is_none() {
+        die_with_parent();
+    }
     let mut worker = match start() {
         Ok(w) => w,
         Err(e) => {
