@@ -535,9 +535,15 @@ pub async fn demo(settings: &Settings, runs_dir: Option<PathBuf>) -> anyhow::Res
         )
     };
     let bundle = bundle_for(settings, &problem_file.to_string_lossy(), &sizes, Some(out)).await?;
-    let live = settings.llm.coder.is_some()
-        && settings.llm.judge.is_some()
-        && live_models(settings, &RunRequest::default()).is_ok();
+    let configured = settings.llm.coder.is_some() && settings.llm.judge.is_some();
+    let live = configured
+        && match live_models(settings, &RunRequest::default()) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("kforge demo: the configured models cannot be used ({e:#})");
+                false
+            }
+        };
     let request = RunRequest {
         session: (!live).then(|| session_dir.clone()),
         budget: BudgetFlags {
