@@ -199,6 +199,10 @@ struct RunArgs {
     /// One line per finished node instead of a progress bar.
     #[arg(long)]
     lines: bool,
+    /// Ask the models even on a machine without a GPU (kernels are built, never verified or
+    /// timed).
+    #[arg(long)]
+    compile_only: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -365,6 +369,7 @@ async fn dispatch(command: Command, resolved: &Resolved) -> anyhow::Result<ExitC
                 sizes: args.sizes,
                 json: args.json,
                 progress: args.lines.then_some(crate::run::progress::Style::Lines),
+                allow_compile_only: args.compile_only,
             };
             crate::run::command::run(&resolved.settings, request).await
         }

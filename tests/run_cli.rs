@@ -274,6 +274,21 @@ async fn a_live_run_pays_for_each_call_once_and_keeps_no_key() {
         args
     };
     let bundle = dir.path().join("bundles/softmax_rows");
+    // Without a GPU, models are not paid for unmeasured kernels unless asked to be.
+    let out = run(args(&[
+        bundle.to_str().unwrap(),
+        "--coder",
+        "openai:gpt-4o",
+        "--judge",
+        "openai:gpt-4o",
+        "--runs",
+        runs.to_str().unwrap(),
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--compile-only"));
+    assert!(server.received_requests().await.unwrap().is_empty());
     let out = run(args(&[
         bundle.to_str().unwrap(),
         "--coder",
@@ -286,6 +301,7 @@ async fn a_live_run_pays_for_each_call_once_and_keeps_no_key() {
         "2",
         "--max-dollars",
         "5",
+        "--compile-only",
         "--runs",
         runs.to_str().unwrap(),
         "--name",

@@ -54,6 +54,8 @@ pub struct RunRequest {
     pub sizes: Vec<(String, String)>,
     pub json: bool,
     pub progress: Option<progress::Style>,
+    /// Ask live models even without a GPU (nothing they write is verified or timed).
+    pub allow_compile_only: bool,
 }
 
 /// Budget flags; unset ones keep the defaults (or, on resume, the run's own).
@@ -337,6 +339,13 @@ async fn start(
     )
     .await?;
     let gpu = evaluator.gpu.clone();
+    if gpu.is_none() && request.session.is_none() && !request.allow_compile_only {
+        bail!(
+            "no GPU here: the models would be paid for kernels that are only compiled, never \
+             verified or timed; run on a GPU machine, use --scripted DIR, or pass --compile-only \
+             to ask the models anyway"
+        );
+    }
     let header = RunHeader {
         kforge_version: env!("CARGO_PKG_VERSION").into(),
         problem: bundle.spec.name.clone(),
@@ -535,7 +544,13 @@ pub async fn demo(settings: &Settings, runs_dir: Option<PathBuf>) -> anyhow::Res
         )
     };
     let bundle = bundle_for(settings, &problem_file.to_string_lossy(), &sizes, Some(out)).await?;
-    let configured = settings.llm.coder.is_some() && settings.llm.judge.is_some();
+    let configured = settings.llm.coder.is_some() && settings.llm.judge.is_some() && has_gpu;
+    if settings.llm.coder.is_some() && !has_gpu {
+        eprintln!(
+            "kforge demo: no GPU here, so the configured models are not asked (nothing they \
+             wrote could be measured)"
+        );
+    }
     let live = configured
         && match live_models(settings, &RunRequest::default()) {
             Ok(_) => true,
