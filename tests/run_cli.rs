@@ -136,6 +136,14 @@ fn a_run_is_resumed_with_a_raised_budget() {
         "r",
     ]);
     assert_eq!(first["nodes"], 3, "{first}");
+    assert!(
+        first["run_dir"].as_str().unwrap().ends_with("runs/r"),
+        "{first}"
+    );
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(runs.join("r/summary.json")).unwrap())
+            .unwrap();
+    assert!(kept.get("run_dir").is_none(), "{kept}");
     assert!(stderr.contains("node 3 (from"), "{stderr}");
     let (second, _) = run(&[
         "--resume",

@@ -129,7 +129,10 @@ pub async fn run(settings: &Settings, request: RunRequest) -> anyhow::Result<Exi
 
 fn print_summary(summary: &Summary, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(summary)?);
+        // summary.json leaves out where the run is; the command's own output says it.
+        let mut value = serde_json::to_value(summary)?;
+        value["run_dir"] = crate::paths::display(&summary.run_dir).into();
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{}", summary.render());
     }
