@@ -100,20 +100,9 @@ impl RunDir {
         if !path.is_file() {
             return Err(StoreError::NotARun(crate::paths::display(root)));
         }
-        let bytes = std::fs::read(&path).map_err(io("cannot read", &path))?;
-        let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        let torn_bytes = bytes.len() - complete;
-        if torn_bytes > 0 {
-            let file = OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(io("cannot repair", &path))?;
-            file.set_len(complete as u64)
-                .map_err(io("cannot repair", &path))?;
-            file.sync_all().map_err(io("cannot repair", &path))?;
-        }
+        let (bytes, torn_bytes) = read_whole_lines(&path).map_err(io("cannot read", &path))?;
         let mut events = Vec::new();
-        for (index, line) in BufReader::new(&bytes[..complete]).lines().enumerate() {
+        for (index, line) in BufReader::new(&bytes[..]).lines().enumerate() {
             let line = line.map_err(io("cannot read", &path))?;
             if line.trim().is_empty() {
                 continue;
@@ -168,7 +157,7 @@ impl RunDir {
 
     /// The folder of one node (created on first use).
     pub fn node_dir(&self, node: u64) -> Result<PathBuf, StoreError> {
-        let dir = self.root.join("nodes").join(node.to_string());
+        let dir = node_path(&self.root, node);
         std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
         Ok(dir)
     }
@@ -199,6 +188,27 @@ impl RunDir {
         let _ = std::fs::remove_dir_all(&old);
         Ok(best)
     }
+}
+
+/// Where node `node` of the run at `root` keeps its files (see [`RunDir::node_dir`]).
+pub fn node_path(root: &Path, node: u64) -> PathBuf {
+    root.join("nodes").join(node.to_string())
+}
+
+/// Reads an append-only JSON-lines file and cuts off a torn last line (the writer was killed
+/// mid-write), on disk too, so the next append starts a line of its own. Returns the complete
+/// lines and how many bytes were cut off.
+pub fn read_whole_lines(path: &Path) -> std::io::Result<(Vec<u8>, usize)> {
+    let mut bytes = std::fs::read(path)?;
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let torn_bytes = bytes.len() - complete;
+    if torn_bytes > 0 {
+        let file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(complete as u64)?;
+        file.sync_all()?;
+        bytes.truncate(complete);
+    }
+    Ok((bytes, torn_bytes))
 }
 
 /// Writes a file through a temporary sibling and a rename.

@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use super::client::{Limits, WorkerClient, WorkerCommand};
 use super::compile::Compiler;
+use super::profile::ProfileRecord;
 use super::protocol::ProtocolOptions;
 use super::{CandidateResult, Status};
 use crate::config::Settings;
@@ -129,31 +130,23 @@ async fn profile_into_result(
     sections: &str,
     candidate: &Path,
 ) -> serde_json::Value {
-    let ncu = match tools::locate(Tool::Ncu, settings) {
-        Ok(l) => l.path,
-        Err(e) => return serde_json::json!({ "profiled": false, "reason": e.to_string() }),
+    let started = std::time::Instant::now();
+    let record = match tools::locate(Tool::Ncu, settings) {
+        Err(e) => ProfileRecord::unavailable(e.to_string()),
+        Ok(ncu) => {
+            let outcome = super::profile::profile(
+                &ncu.path,
+                &crate::ncu::SectionSet::from_arg(sections),
+                &settings.home.join("ncu-sections"),
+                &bundle.dir,
+                Some(library),
+                &report_stem(bundle, Some(candidate)),
+            )
+            .await;
+            ProfileRecord::of(outcome, started.elapsed().as_secs_f64())
+        }
     };
-    let stem = report_stem(bundle, Some(candidate));
-    match super::profile::profile(
-        &ncu,
-        &crate::ncu::SectionSet::from_arg(sections),
-        &settings.home.join("ncu-sections"),
-        &bundle.dir,
-        Some(library),
-        &stem,
-    )
-    .await
-    {
-        Ok(p) => serde_json::json!({
-            "profiled": true,
-            "judge_view": p.judge_view,
-            "diagnosis": p.diagnosis,
-            "kernels": p.kernels,
-            "report": crate::paths::display(&p.report),
-            "seconds": p.seconds,
-        }),
-        Err(reason) => serde_json::json!({ "profiled": false, "reason": reason.to_string() }),
-    }
+    serde_json::to_value(record.summary()).unwrap_or_default()
 }
 
 /// `<bundle>-<candidate stem | reference>` in the working directory.

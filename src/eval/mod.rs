@@ -307,6 +307,18 @@ pub async fn evaluate(
 ) -> Result<CandidateResult, compile::CompileError> {
     let started = Instant::now();
     let compiled = compiler.compile(source).await?;
+    Ok(verify_and_time(worker, problem, compiled, options, started).await)
+}
+
+/// The GPU part of [`evaluate`] for a compiled candidate (a failed build, or no worker, is
+/// decided without the GPU). Callers that share one GPU hold their lock around only this.
+pub async fn verify_and_time(
+    worker: Option<&mut client::WorkerClient>,
+    problem: &ProblemBundle,
+    compiled: CompileResult,
+    options: &ProtocolOptions,
+    started: Instant,
+) -> CandidateResult {
     let outcome = match (worker, compiled.ok, compiled.library.as_deref()) {
         (Some(worker), true, Some(library)) => Some(
             worker
@@ -320,7 +332,7 @@ pub async fn evaluate(
         ),
         _ => None,
     };
-    Ok(decide(problem, compiled, outcome, options, started))
+    decide(problem, compiled, outcome, options, started)
 }
 
 /// A readable table of one result (the default output of `kforge eval`).

@@ -31,6 +31,69 @@ pub struct ProfileResult {
     pub seconds: f64,
 }
 
+/// A profile as result documents (`ncu` of `kforge eval --profile`) and run directories
+/// (`ncu.json`) keep it: the Judge's view and diagnosis, or why there is none.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProfileRecord {
+    pub profiled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_view: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<ncu::Diagnosis>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<ncu::KernelShare>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launches: Option<usize>,
+    /// The `.ncu-rep`, as shown (home folder as `~`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<String>,
+    /// Every metric of every launch (kept in run directories, left out of result documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<ncu::NcuReport>,
+    pub seconds: f64,
+}
+
+impl ProfileRecord {
+    pub fn unavailable(reason: impl Into<String>) -> ProfileRecord {
+        ProfileRecord {
+            reason: Some(reason.into()),
+            ..ProfileRecord::default()
+        }
+    }
+
+    /// The record of a profile attempt that took `seconds` (used when it failed; a profile
+    /// reports its own time).
+    pub fn of(outcome: Result<ProfileResult, ProfileUnavailable>, seconds: f64) -> ProfileRecord {
+        match outcome {
+            Ok(profile) => ProfileRecord {
+                profiled: true,
+                judge_view: Some(profile.judge_view),
+                reason: None,
+                diagnosis: Some(profile.diagnosis),
+                kernels: profile.kernels,
+                launches: Some(profile.launches),
+                report: Some(crate::paths::display(&profile.report)),
+                metrics: Some(profile.metrics),
+                seconds: profile.seconds,
+            },
+            Err(reason) => ProfileRecord {
+                seconds,
+                ..ProfileRecord::unavailable(reason.to_string())
+            },
+        }
+    }
+
+    /// The record without the full metrics, for a result document.
+    pub fn summary(&self) -> ProfileRecord {
+        ProfileRecord {
+            metrics: None,
+            ..self.clone()
+        }
+    }
+}
+
 /// Profiles `library` (None: the reference) on `bundle` with the given sections, writing the
 /// report to `<report_stem>.ncu-rep`.
 pub async fn profile(

@@ -270,24 +270,16 @@ impl RunRecording {
             path: path.to_path_buf(),
             detail,
         };
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        // A run killed mid-write leaves a torn last line: it is cut off, the rest is kept.
+        let bytes = match crate::store::read_whole_lines(path) {
+            Ok((bytes, _)) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(bad(e.to_string())),
         };
-        // A run killed mid-write leaves a torn last line: cut it off, keep everything before it.
-        let complete = text.rfind('\n').map_or(0, |end| end + 1);
-        if complete < text.len() {
-            let file = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(|e| bad(e.to_string()))?;
-            file.set_len(complete as u64)
-                .map_err(|e| bad(e.to_string()))?;
-        }
+        let text = String::from_utf8(bytes).map_err(|e| bad(e.to_string()))?;
         let mut unserved: HashMap<String, std::collections::VecDeque<RecordedResponse>> =
             HashMap::new();
-        for (number, line) in text[..complete].lines().enumerate() {
+        for (number, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }

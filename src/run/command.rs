@@ -204,7 +204,7 @@ async fn machine_evaluator(
     )?;
     let (profile, profile_off) = match (sections, &gpu) {
         (None, _) => (None, "profiling is off for this run".to_string()),
-        (Some(_), None) => (None, "compile-only: no GPU on this machine".to_string()),
+        (Some(_), None) => (None, super::evaluator::COMPILE_ONLY.to_string()),
         (Some(sections), Some(_)) => match tools::locate(Tool::Ncu, settings) {
             Ok(ncu) => (
                 Some(ProfileSettings {
@@ -286,29 +286,36 @@ async fn start(
     }
     // Refuse nonsense settings before anything is imported or created.
     crate::search::Search::new(config.clone(), request.seed)?;
-    let (models, coder_sampling, judge_sampling, session): (Arc<dyn Models>, _, _, _) =
-        match &request.session {
-            Some(folder) => (
-                Arc::new(ScriptedSession::load(folder)?),
+    let (models, coder_sampling, judge_sampling, session, session_problem): (
+        Arc<dyn Models>,
+        _,
+        _,
+        _,
+        _,
+    ) = match &request.session {
+        Some(folder) => {
+            let scripted = ScriptedSession::load(folder)?;
+            let problem = scripted.problem.clone();
+            (
+                Arc::new(scripted),
                 Sampling::default(),
                 Sampling::default(),
                 Some(PathBuf::from(crate::paths::display(&std::path::absolute(
                     folder,
                 )?))),
-            ),
-            None => {
-                let (live, coder, judge) = live_models(settings, request)?;
-                (
-                    Arc::new(live),
-                    capped(coder, &config.budget),
-                    capped(judge, &config.budget),
-                    None,
-                )
-            }
-        };
-    let session_problem = match &request.session {
-        Some(folder) => Some(ScriptedSession::load(folder)?.problem),
-        None => None,
+                Some(problem),
+            )
+        }
+        None => {
+            let (live, coder, judge) = live_models(settings, request)?;
+            (
+                Arc::new(live),
+                capped(coder, &config.budget),
+                capped(judge, &config.budget),
+                None,
+                None,
+            )
+        }
     };
     let bundle = match bundle {
         Some(bundle) => bundle,
@@ -377,20 +384,44 @@ async fn start(
         .unwrap_or_else(|| run_name(&bundle.spec.name));
     let dir = RunDir::create(&runs, &name)?;
     announce(&header, dir.root());
-    let baseline = gpu.as_ref().and_then(|g| bundle.baseline(&g.name));
-    let setup = RunSetup {
+    let setup = run_setup(
+        settings,
+        request,
+        header,
+        bundle,
+        models,
+        evaluator,
+        Duration::ZERO,
+    )?;
+    Ok(super::start(setup, dir).await?)
+}
+
+/// The setup of a run on this machine, starting (or resuming) at run time `clock_offset`.
+fn run_setup(
+    settings: &Settings,
+    request: &RunRequest,
+    header: RunHeader,
+    bundle: ProblemBundle,
+    models: Arc<dyn Models>,
+    evaluator: MachineEvaluator,
+    clock_offset: Duration,
+) -> anyhow::Result<RunSetup> {
+    let baseline = evaluator
+        .gpu
+        .as_ref()
+        .and_then(|gpu| bundle.baseline(&gpu.name));
+    Ok(RunSetup {
         header,
         bundle,
         baseline,
         prompts: Prompts::load(request.prompts.as_deref())?,
         models,
         evaluator: Arc::new(evaluator),
-        clock: Arc::new(SystemClock::starting_at(Duration::ZERO)),
+        clock: Arc::new(SystemClock::starting_at(clock_offset)),
         prices: PriceTable::load(&settings.llm)?,
         progress: request.progress.unwrap_or(progress::Style::Auto),
         handle_ctrl_c: true,
-    };
-    Ok(super::start(setup, dir).await?)
+    })
 }
 
 fn check_session_problem(session: &str, problem: &str) -> anyhow::Result<()> {
@@ -490,24 +521,9 @@ async fn resume(settings: &Settings, request: &RunRequest, dir: &Path) -> anyhow
         );
     }
     announce(&header, dir);
-    let baseline = evaluator
-        .gpu
-        .as_ref()
-        .and_then(|g| bundle.baseline(&g.name));
     let run_dir = reopened.run;
     let offset = super::resumed_clock_offset(&reopened.events);
-    let setup = RunSetup {
-        header,
-        bundle,
-        baseline,
-        prompts: Prompts::load(request.prompts.as_deref())?,
-        models,
-        evaluator: Arc::new(evaluator),
-        clock: Arc::new(SystemClock::starting_at(offset)),
-        prices: PriceTable::load(&settings.llm)?,
-        progress: request.progress.unwrap_or(progress::Style::Auto),
-        handle_ctrl_c: true,
-    };
+    let setup = run_setup(settings, request, header, bundle, models, evaluator, offset)?;
     Ok(super::resume(setup, run_dir, reopened.events, reopened.torn_bytes).await?)
 }
 

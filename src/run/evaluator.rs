@@ -13,48 +13,25 @@ use tokio::sync::Mutex;
 
 use crate::eval::client::WorkerClient;
 use crate::eval::compile::Compiler;
-use crate::eval::protocol::{ProtocolOptions, WorkerRequest};
+pub use crate::eval::profile::ProfileRecord;
+use crate::eval::protocol::ProtocolOptions;
 use crate::eval::{CandidateResult, Status};
 use crate::gpu::GpuInfo;
 use crate::ncu::SectionSet;
 use crate::problem::ProblemBundle;
 
+/// Why nothing is verified, timed or profiled on a machine without a GPU, as records and
+/// prompts say it.
+pub const COMPILE_ONLY: &str = "compile-only: no GPU on this machine";
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// The Judge's view of one profiled call, or why there is none. Stored as `ncu.json`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ProfileRecord {
-    pub profiled: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judge_view: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The full profile (metrics of every launch, diagnosis), when profiled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<serde_json::Value>,
-    pub seconds: f64,
-}
-
-impl ProfileRecord {
-    pub fn unavailable(reason: impl Into<String>) -> ProfileRecord {
-        ProfileRecord {
-            profiled: false,
-            judge_view: None,
-            reason: Some(reason.into()),
-            detail: None,
-            seconds: 0.0,
-        }
-    }
-}
-
-/// One evaluated kernel, with where its time went.
+/// One evaluated kernel.
 #[derive(Debug, Clone)]
 pub struct Evaluated {
     pub result: CandidateResult,
     /// Set for correct kernels when profiling is on.
     pub profile: Option<ProfileRecord>,
-    /// Seconds spent waiting for the GPU lock (another node was being measured).
-    pub queued_seconds: f64,
 }
 
 /// The hardware side of a run.
@@ -101,7 +78,7 @@ impl MachineEvaluator {
             return ProfileRecord::unavailable(self.profile_off.clone());
         };
         let started = Instant::now();
-        match crate::eval::profile::profile(
+        let outcome = crate::eval::profile::profile(
             &settings.ncu,
             &settings.sections,
             &settings.sections_cache,
@@ -109,25 +86,8 @@ impl MachineEvaluator {
             library,
             &node_dir.join("ncu"),
         )
-        .await
-        {
-            Ok(profile) => ProfileRecord {
-                profiled: true,
-                judge_view: Some(profile.judge_view.clone()),
-                reason: None,
-                detail: Some(serde_json::json!({
-                    "diagnosis": profile.diagnosis,
-                    "kernels": profile.kernels,
-                    "launches": profile.launches,
-                    "metrics": profile.metrics,
-                })),
-                seconds: started.elapsed().as_secs_f64(),
-            },
-            Err(reason) => ProfileRecord {
-                seconds: started.elapsed().as_secs_f64(),
-                ..ProfileRecord::unavailable(reason.to_string())
-            },
-        }
+        .await;
+        ProfileRecord::of(outcome, started.elapsed().as_secs_f64())
     }
 }
 
@@ -145,25 +105,16 @@ impl Evaluator for MachineEvaluator {
                 .compile(source)
                 .await
                 .map_err(|e| e.to_string())?;
-            let waited = Instant::now();
-            let mut worker = self.worker.lock().await;
-            let queued_seconds = waited.elapsed().as_secs_f64();
-            let outcome = match (worker.as_mut(), compiled.ok, compiled.library.clone()) {
-                (Some(worker), true, Some(library)) => Some(
-                    worker
-                        .request(WorkerRequest::Evaluate {
-                            id: 0,
-                            bundle: self.bundle.dir.clone(),
-                            library,
-                            options: self.options.clone(),
-                        })
-                        .await,
-                ),
-                _ => None,
-            };
             let library = compiled.library.clone();
-            let result =
-                crate::eval::decide(&self.bundle, compiled, outcome, &self.options, started);
+            let mut worker = self.worker.lock().await;
+            let result = crate::eval::verify_and_time(
+                worker.as_mut(),
+                &self.bundle,
+                compiled,
+                &self.options,
+                started,
+            )
+            .await;
             let profile = match (result.status, library) {
                 (Status::Correct, Some(library)) => {
                     Some(self.profile_library(Some(&library), node_dir).await)
@@ -171,18 +122,14 @@ impl Evaluator for MachineEvaluator {
                 _ => None,
             };
             drop(worker);
-            Ok(Evaluated {
-                result,
-                profile,
-                queued_seconds,
-            })
+            Ok(Evaluated { result, profile })
         })
     }
 
     fn profile_reference<'a>(&'a self, node_dir: &'a Path) -> BoxFuture<'a, ProfileRecord> {
         Box::pin(async move {
             if self.gpu.is_none() {
-                return ProfileRecord::unavailable("compile-only: no GPU on this machine");
+                return ProfileRecord::unavailable(COMPILE_ONLY);
             }
             let _gpu = self.worker.lock().await;
             self.profile_library(None, node_dir).await

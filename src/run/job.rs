@@ -290,12 +290,7 @@ async fn evaluate_node(shared: &Shared, dir: &Path, code: &str) -> Result<Candid
     records::write(dir, "compile.log", &result.compile.log).map_err(|e| e.to_string())?;
     if let Some(profile) = &evaluated.profile {
         records::write_json(dir, "ncu.json", profile).map_err(|e| e.to_string())?;
-        result.ncu = Some(serde_json::json!({
-            "profiled": profile.profiled,
-            "judge_view": profile.judge_view,
-            "reason": profile.reason,
-            "seconds": profile.seconds,
-        }));
+        result.ncu = serde_json::to_value(profile.summary()).ok();
     }
     // Written last: its presence means the evaluation is complete.
     records::write_json(dir, "eval.json", &result).map_err(|e| e.to_string())?;
@@ -314,7 +309,7 @@ pub fn search_evaluation(result: &CandidateResult) -> Evaluation {
             reason: "correct, but the timing produced no numbers".into(),
         },
         (Status::Compiled, _) => Evaluation::Unverified {
-            reason: "compile-only: no GPU on this machine".into(),
+            reason: super::evaluator::COMPILE_ONLY.into(),
         },
         _ => Evaluation::Failed {
             reason: result.summary.clone(),

@@ -52,7 +52,7 @@ use crate::store::{RunDir, StoreError};
 use evaluator::{Evaluator, ProfileRecord};
 use gate::{BudgetGate, GatedClient};
 use models::{CallSite, Models};
-use records::{RunEvent, RunHeader, node_dir};
+use records::{RunEvent, RunHeader};
 
 pub use job::search_evaluation;
 pub use summary::Summary;
@@ -98,7 +98,7 @@ pub enum RunError {
     #[error("cannot set up the run's LLM recording: {0}")]
     Recording(#[from] LlmError),
     #[error("{0}")]
-    Resume(String),
+    JobsLost(String),
     #[error("interrupted; nothing is lost: continue with `kforge run --resume {0}`")]
     Interrupted(String),
 }
@@ -292,7 +292,7 @@ async fn go(
         &root.join(RECORDING_FILE),
         setup.prices.clone(),
     )?);
-    let header = setup.header.clone();
+    let header = setup.header;
     let (search, phase) = match &resumed {
         None => {
             dir.append(&RunEvent::Started {
@@ -339,12 +339,7 @@ async fn go(
         setup.prices.clone(),
         already_spent,
     ));
-    let root_dir = node_dir(&root, NodeId::ROOT);
-    std::fs::create_dir_all(&root_dir).map_err(|source| StoreError::Io {
-        action: "cannot create",
-        path: crate::paths::display(&root_dir),
-        source,
-    })?;
+    let root_dir = dir.node_dir(u64::from(NodeId::ROOT.0))?;
     let root_profile = match records::load_profile(&root_dir) {
         Some(profile) => profile,
         None => {
@@ -536,7 +531,7 @@ impl Orchestrator {
         };
         // The loop holds a sender, so the channel never closes while it waits.
         let Some(message) = message else {
-            return Err(RunError::Resume(
+            return Err(RunError::JobsLost(
                 "every job stopped without a result".into(),
             ));
         };

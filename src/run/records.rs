@@ -107,7 +107,7 @@ pub enum RunEvent {
 }
 
 pub fn node_dir(root: &Path, node: NodeId) -> PathBuf {
-    root.join("nodes").join(node.0.to_string())
+    crate::store::node_path(root, u64::from(node.0))
 }
 
 pub fn write(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> Result<(), StoreError> {
@@ -179,7 +179,7 @@ impl NodeRecord {
         let profile = load_profile(&dir).unwrap_or_else(|| {
             ProfileRecord::unavailable(match result.status {
                 crate::eval::Status::Correct => "not profiled",
-                crate::eval::Status::Compiled => "compile-only: no GPU on this machine",
+                crate::eval::Status::Compiled => super::evaluator::COMPILE_ONLY,
                 _ => "the kernel failed, so it was not profiled",
             })
         });

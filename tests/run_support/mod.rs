@@ -92,11 +92,23 @@ pub struct World {
     pub kill_at_call: Option<usize>,
     pub kill_at_evaluation: Option<usize>,
     pub killed: Notify,
+    /// When set, calls about nodes this deep or deeper report as many prompt tokens as their
+    /// prompt has bytes (the most a byte-level tokenizer can give), shallower ones a twentieth:
+    /// an expansion can then cost far more than any before it.
+    pub expensive_from_depth: Option<u64>,
     started_calls: AtomicUsize,
     started_evaluations: AtomicUsize,
 }
 
 impl World {
+    /// A world whose deep calls cost far more (see `expensive_from_depth`).
+    pub fn expensive_from(depth: u64) -> Arc<World> {
+        Arc::new(World {
+            expensive_from_depth: Some(depth),
+            ..World::default()
+        })
+    }
+
     pub fn new(kill_at_call: Option<usize>, kill_at_evaluation: Option<usize>) -> Arc<World> {
         Arc::new(World {
             kill_at_call,
@@ -106,7 +118,7 @@ impl World {
     }
 }
 
-/// Replies by node, with `CALL_USAGE` each.
+/// Replies by node, with `CALL_USAGE` each (or by depth, see `World::expensive_from_depth`).
 pub struct PathModels {
     pub world: Arc<World>,
     /// Prescriptions per Judge verdict.
@@ -135,7 +147,34 @@ fn judge_repair(path: &str) -> String {
 
 struct OneReply {
     world: Arc<World>,
-    inner: ScriptedClient,
+    spec: ModelSpec,
+    text: String,
+    /// Depth of the node the call is about.
+    depth: u64,
+}
+
+impl OneReply {
+    /// `CALL_USAGE`, or what `World::expensive_from_depth` says.
+    fn usage(&self, request: &ChatRequest) -> Usage {
+        let Some(from) = self.world.expensive_from_depth else {
+            return CALL_USAGE;
+        };
+        let bytes = request.system.as_deref().map_or(0, str::len)
+            + request
+                .messages
+                .iter()
+                .map(|m| m.content.len())
+                .sum::<usize>();
+        let bytes = bytes as u64;
+        Usage {
+            input_tokens: if self.depth >= from {
+                bytes
+            } else {
+                bytes / 20
+            },
+            ..CALL_USAGE
+        }
+    }
 }
 
 impl LlmClient for OneReply {
@@ -148,14 +187,17 @@ impl LlmClient for OneReply {
             }
             // Let other jobs run between calls, as real calls would.
             tokio::task::yield_now().await;
-            let response = self.inner.complete(request).await;
+            let reply = ScriptedReply::text(self.text.clone()).with_usage(self.usage(request));
+            let response = ScriptedClient::new(self.spec.clone(), [Ok(reply)])
+                .complete(request)
+                .await;
             self.world.calls.fetch_add(1, Ordering::SeqCst);
             response
         })
     }
 
     fn spec(&self) -> &ModelSpec {
-        self.inner.spec()
+        &self.spec
     }
 }
 
@@ -189,12 +231,15 @@ impl Models for PathModels {
             }
             _ => panic!("a call site of the other agent"),
         };
+        let depth = match site {
+            CallSite::Judge { node, .. } => split(&path_of_node(node)).len(),
+            CallSite::Coder { parent, .. } => split(&path_of_node(parent)).len() + 1,
+        } as u64;
         Ok(Arc::new(OneReply {
             world: self.world.clone(),
-            inner: ScriptedClient::new(
-                ModelSpec::parse(MODEL).unwrap(),
-                [Ok(ScriptedReply::text(text).with_usage(CALL_USAGE))],
-            ),
+            spec: ModelSpec::parse(MODEL).unwrap(),
+            text,
+            depth,
         }))
     }
 
@@ -247,9 +292,7 @@ impl Evaluator for PathEvaluator {
                     Some(ProfileRecord {
                         profiled: true,
                         judge_view: Some(format!("simulated profile of path {path}\n")),
-                        reason: None,
-                        detail: None,
-                        seconds: 0.0,
+                        ..ProfileRecord::default()
                     })
                 }
                 Err(why) => {
@@ -264,11 +307,7 @@ impl Evaluator for PathEvaluator {
                 }
             };
             self.world.evaluations.fetch_add(1, Ordering::SeqCst);
-            Ok(Evaluated {
-                result,
-                profile,
-                queued_seconds: 0.0,
-            })
+            Ok(Evaluated { result, profile })
         })
     }
 
@@ -277,9 +316,7 @@ impl Evaluator for PathEvaluator {
             ProfileRecord {
                 profiled: true,
                 judge_view: Some("simulated profile of the reference\n".into()),
-                reason: None,
-                detail: None,
-                seconds: 0.0,
+                ..ProfileRecord::default()
             }
         })
     }
