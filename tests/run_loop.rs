@@ -33,7 +33,16 @@ async fn full_run(
     runs: &Path,
     name: &str,
 ) -> (Summary, Search, Arc<World>) {
-    let world = World::new(None, None);
+    full_run_in(World::new(None, None), config, clock, runs, name).await
+}
+
+async fn full_run_in(
+    world: Arc<World>,
+    config: SearchConfig,
+    clock: Arc<dyn Clock>,
+    runs: &Path,
+    name: &str,
+) -> (Summary, Search, Arc<World>) {
     let dir = RunDir::create(runs, name).unwrap();
     let root = dir.root().to_path_buf();
     let summary = run::start(setup(world.clone(), config, dead_end, clock, runs), dir)
@@ -179,12 +188,38 @@ async fn token_and_dollar_budgets_hold_exactly_even_with_calls_in_flight() {
     // It spent the budget rather than stopping at the first sight of it.
     assert!(summary.tokens >= 20_000, "{}", summary.tokens);
 
+    // Deep expansions that cost far more than any before them: the search's own estimate
+    // (the dearest expansion so far) is too low, and without the per-call gate each of these
+    // runs ends past its budget (31000 → 33079 tokens, 46000 → 47985; $0.07 → $0.0763,
+    // $0.18 → $0.2038).
+    for (name, depth, in_flight, tokens, dollars) in [
+        ("deep-tokens-1", 1, 4, Some(31_000), None),
+        ("deep-tokens-2", 2, 2, Some(46_000), None),
+        ("deep-dollars-1", 1, 4, None, Some(0.07)),
+        ("deep-dollars-2", 2, 2, None, Some(0.18)),
+    ] {
+        let mut deep = config(60, in_flight);
+        deep.budget.max_tokens = tokens;
+        deep.budget.max_dollars = dollars.and_then(Dollars::from_dollars);
+        let world = World::expensive_from(depth);
+        let (summary, _, _) =
+            full_run_in(world, deep, Arc::new(FrozenClock), runs.path(), name).await;
+        if let Some(max) = tokens {
+            assert_eq!(summary.stopped_because, "token budget reached", "{name}");
+            assert!(summary.tokens <= max, "{name}: {}", summary.tokens);
+        }
+        if let Some(max) = dollars {
+            assert_eq!(summary.stopped_because, "dollar budget reached", "{name}");
+            assert!(summary.dollars <= max, "{name}: {}", summary.dollars);
+        }
+    }
+
     let mut dollars = config(50, 4);
-    dollars.budget.max_dollars = Dollars::from_dollars(0.06);
+    dollars.budget.max_dollars = Dollars::from_dollars(0.05);
     let (summary, _, world) =
         full_run(dollars, Arc::new(FrozenClock), runs.path(), "dollars").await;
     assert_eq!(summary.stopped_because, "dollar budget reached");
-    assert!(summary.dollars <= 0.06, "{}", summary.dollars);
+    assert!(summary.dollars <= 0.05, "{}", summary.dollars);
     assert!(world.calls.load(Ordering::SeqCst) >= 3);
 }
 

@@ -5,6 +5,7 @@
 //! call in flight, plus its own worst case fits the budget; afterwards its reservation is
 //! replaced by what it actually cost. A refused call ends its expansion and stops the run from
 //! starting new ones, so the budget is never passed, not even by calls running side by side.
+//! (A few tokens per turn are added for the chat template's role markers.)
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -13,6 +14,10 @@ use crate::llm::{
     ProviderKind, Usage,
 };
 use crate::search::{Budget, Dollars, DoneReason, Spend};
+
+/// Tokens a chat template adds around each turn (role markers; OpenAI documents 3 to 4), on
+/// top of the turn's text.
+const TURN_OVERHEAD_TOKENS: usize = 8;
 
 /// The reply cap used for the worst case when a budget is set and the agent has none.
 pub const BUDGETED_MAX_OUTPUT_TOKENS: u32 = 32_000;
@@ -69,12 +74,14 @@ impl BudgetGate {
     }
 
     fn worst_case(&self, spec: &ModelSpec, request: &ChatRequest) -> Result<Reservation, LlmError> {
+        let turns = request.messages.len() + usize::from(request.system.is_some());
         let prompt_bytes = request.system.as_deref().map_or(0, str::len)
             + request
                 .messages
                 .iter()
                 .map(|m| m.content.len())
-                .sum::<usize>();
+                .sum::<usize>()
+            + turns * TURN_OVERHEAD_TOKENS;
         let output = request
             .sampling
             .max_output_tokens
@@ -263,13 +270,14 @@ mod tests {
             (0..4).map(|_| Ok(ScriptedReply::text("ok").with_usage(usage))),
         ));
         let client = GatedClient::new(inner.clone(), gate.clone());
-        // Worst case 300 + 200 = 500 each: the first two fit (150 spent after the first).
+        // Worst case 300 + 8 + 200 = 508 each; each call really costs 150.
         client.complete(&request(300, 200)).await.unwrap();
         client.complete(&request(300, 200)).await.unwrap();
         assert_eq!(gate.committed().tokens, 300);
-        // 300 spent + 500 worst case fits; 450 + 500 would not... 450+500=950 fits too.
+        // 300 spent + 508 fits.
         client.complete(&request(300, 200)).await.unwrap();
         assert_eq!(gate.committed().tokens, 450);
+        // 450 spent + 608 does not.
         let refused = client.complete(&request(400, 200)).await.unwrap_err();
         assert!(refused.to_string().contains("token budget"), "{refused}");
         assert_eq!(inner.requests().len(), 3);
